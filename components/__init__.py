@@ -1,0 +1,1 @@
+"""tpu-fallback: Pulumi components and the pure logic they are built from."""

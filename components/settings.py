@@ -1,0 +1,526 @@
+"""Stack settings: raw Pulumi config in, typed and validated frozen dataclasses out.
+
+`parse_settings` is pure (a dict of config values in, `Settings` out) so every rule is testable
+without Pulumi; `load_settings` reads `pulumi.Config`. Each rule raises one `ConfigError` naming the
+key, the bad value and what is allowed, before the program registers any resource.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from components import catalog
+from components.quantity import parse_quantity
+
+PROJECT = "tpu-fallback"
+
+# Flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (DESIGN.md §4).
+FLEX_START_MIN_GKE = (1, 33, 0, 1712000)
+
+_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_POOL_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_FEATURE_GATE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+_DURATION = re.compile(r"^\d+s$")
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]+$")
+_LABEL_KEY = re.compile(r"^(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
+UNLIMITED_QUOTA = "1e9"  # the tutorial's "infinite" dws quota
+ON_DEMAND_QUOTA_PER_HOST = (10, 19200)  # cpu, memory MiB: the tutorial's 40 cpu / 75Gi for one 4-host slice
+
+
+class ConfigError(ValueError):
+    """Invalid stack configuration. The message names the key, the value and what is allowed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SystemPoolSettings:
+    name: str = "default-pool"
+    machine_type: str = "n2-standard-16"
+    node_count: int = 1
+
+
+@dataclass(frozen=True)
+class OnDemandSettings:
+    name: str = "on-demand-pool"
+    max_slices: int = 1
+    reservation: str | None = None  # a named specific reservation; None = NO_RESERVATION
+
+
+@dataclass(frozen=True)
+class FlexStartSettings:
+    enabled: bool = True
+    name: str = "dws-pool"
+    max_slices: int = 1
+    max_run_duration: str | None = None  # e.g. "86400s", at most 7 days
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.max_slices > 0
+
+
+@dataclass(frozen=True)
+class KueueSettings:
+    version: str = "0.19.2"
+    feature_gates: tuple[tuple[str, bool], ...] = (("ElasticJobsViaWorkloadSlices", True),)
+
+
+@dataclass(frozen=True)
+class ResourceQuota:
+    cpu: str | int
+    memory: str | int
+
+
+@dataclass(frozen=True)
+class LocalQueueSettings:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    cluster_queue: str = "cluster-queue"
+    local_queues: tuple[LocalQueueSettings, ...] = (LocalQueueSettings("default", "user-queue"),)
+    # None admits every namespace (namespaceSelector: {}); labels restrict the queue to labelled namespaces.
+    namespace_labels: tuple[tuple[str, str], ...] | None = None
+    system_quota: ResourceQuota = ResourceQuota(10, "20Gi")
+    # None: derived from plan A's size, ON_DEMAND_QUOTA_PER_HOST per TPU host (the tutorial's 40 / 75Gi for 4 hosts).
+    on_demand_quota: ResourceQuota | None = None
+    # False: the tutorial's unlimited dws flavor; True: capped at the plan B pool's capacity.
+    cap_flex_start: bool = False
+    # The per-host request of one TPU worker and of one Ray head; quotas must admit a whole slice of them.
+    worker_request: ResourceQuota = ResourceQuota(8, "16Gi")
+    head_request: ResourceQuota = ResourceQuota(2, "4Gi")
+
+
+@dataclass(frozen=True)
+class MultiKueueSettings:
+    enabled: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    cluster_name: str = "tpu-cluster"
+    location: str = "us-east5-b"
+    gke_version: str = "1.34"
+    system_pool: SystemPoolSettings = SystemPoolSettings()
+    tpu: catalog.TpuSlice = field(default_factory=lambda: catalog.resolve_slice("v6e", "4x4"))
+    on_demand: OnDemandSettings = OnDemandSettings()
+    flex_start: FlexStartSettings = FlexStartSettings()
+    kueue: KueueSettings = KueueSettings()
+    queues: QueueSettings = QueueSettings()
+    deletion_protection: bool = True
+    protect: bool = False
+    multikueue: MultiKueueSettings = MultiKueueSettings()
+
+    @property
+    def region(self) -> str:
+        return self.location.rsplit("-", 1)[0]
+
+
+# Keys of the config contract (DESIGN.md §3) and the ones this project adds.
+CONFIG_KEYS = (
+    "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
+    "deletionProtection", "protect", "multikueue",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading helpers: every failure names the full key path.
+# --------------------------------------------------------------------------------------------
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{key} {_show(value)} is invalid: {allowed}")
+
+
+def _show(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _object(key: str, value: Any, allowed_keys: tuple[str, ...]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail(key, value, f"expected an object with keys {', '.join(allowed_keys)}")
+    unknown = sorted(set(value) - set(allowed_keys))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]} is not a known setting; {key} accepts: {', '.join(allowed_keys)}")
+    return value
+
+
+def _string(key: str, value: Any, pattern: re.Pattern[str] | None = None, allowed: str = "") -> str:
+    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+        raise _fail(key, value, allowed or "expected a string")
+    return value
+
+
+def _integer(key: str, value: Any, minimum: int = 0) -> int:
+    # Pulumi hands integers over as floats in some paths; accept 2.0 but not 2.5, "2" or true.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(key, value, f"expected an integer >= {minimum}")
+    if value < minimum:
+        raise _fail(key, value, f"expected an integer >= {minimum}")
+    return value
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    if not isinstance(value, bool):
+        raise _fail(key, value, "expected true or false")
+    return value
+
+
+def _quantity(key: str, value: Any) -> str | int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        amount = parse_quantity(value)
+    except ValueError as err:
+        raise _fail(key, value, str(err)) from None
+    if amount < 0:
+        raise _fail(key, value, "a quota cannot be negative")
+    return value  # type: ignore[no-any-return]
+
+
+def _resource(key: str, value: Any, default: ResourceQuota) -> ResourceQuota:
+    obj = _object(key, value, ("cpu", "memory"))
+    return ResourceQuota(
+        cpu=_quantity(f"{key}.cpu", obj.get("cpu", default.cpu)),
+        memory=_quantity(f"{key}.memory", obj.get("memory", default.memory)),
+    )
+
+
+def _gke_version_tuple(version: str) -> tuple[int, int, float, float]:
+    """Missing parts mean "the newest GKE picks", so 1.33 compares as the newest 1.33 patch."""
+    match = _GKE_VERSION.match(version)
+    assert match is not None
+    major, minor, patch, build = match.groups()
+    return (
+        int(major),
+        int(minor),
+        int(patch) if patch is not None else float("inf"),
+        int(build) if build is not None else float("inf"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
+    """Validate raw config values (keys without the project namespace, objects already decoded)."""
+    unknown = sorted(set(raw) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting; known: {', '.join(CONFIG_KEYS)}")
+    if not project:
+        raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
+
+    defaults = Settings(project=project)
+    cluster_name = _string(
+        "clusterName", raw.get("clusterName", defaults.cluster_name), _CLUSTER_NAME,
+        "GKE cluster names use lowercase letters, digits and hyphens, start with a letter, "
+        "end with a letter or digit and have at most 40 characters",
+    )
+    location = raw.get("location", defaults.location)
+    if isinstance(location, str) and _REGION.match(location):
+        raise _fail("location", location, f"a zone is required, not a region (e.g. {location}-b): "
+                    "TPU slices and their COMPACT placement live in one zone")
+    location = _string("location", location, _ZONE, "expected a zone such as us-east5-b")
+    gke_version = _string(
+        "gkeVersion", raw.get("gkeVersion", defaults.gke_version), _GKE_VERSION,
+        "expected a GKE version such as 1.34 or 1.34.1-gke.1829001",
+    )
+
+    tpu = _parse_tpu(raw.get("tpu"))
+    system_pool = _parse_system_pool(raw.get("systemPool"))
+    on_demand = _parse_on_demand(raw.get("onDemand"))
+    flex_start = _parse_flex_start(raw.get("flexStart"))
+    kueue = _parse_kueue(raw.get("kueue"))
+    queues = _parse_queues(raw.get("queues"))
+    multikueue = _parse_multikueue(raw.get("multikueue"))
+
+    if on_demand.max_slices == 0 and not flex_start.active:
+        why = "flexStart.maxSlices is 0 too" if flex_start.enabled else "flexStart.enabled is false"
+        raise ConfigError(
+            f"onDemand.maxSlices 0 is invalid because {why}: at least one plan needs TPU capacity "
+            "(set onDemand.maxSlices >= 1, or flexStart.enabled true with flexStart.maxSlices >= 1)"
+        )
+    if flex_start.active:
+        if not tpu.family.supports_flex_start:
+            raise ConfigError(
+                f'flexStart.enabled true is invalid for tpu.type "{tpu.family.name}": flex-start is offered for '
+                f"{', '.join(f.name for f in catalog.FAMILIES.values() if f.supports_flex_start)}"
+            )
+        if _gke_version_tuple(gke_version) < FLEX_START_MIN_GKE:
+            raise _fail("gkeVersion", gke_version,
+                        "flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (e.g. 1.33 or 1.34)")
+
+    names = [("systemPool.name", system_pool.name), ("onDemand.name", on_demand.name)]
+    if flex_start.enabled:
+        names.append(("flexStart.name", flex_start.name))
+    seen: dict[str, str] = {}
+    for key, name in names:
+        if name in seen:
+            raise _fail(key, name, f"node pool names must be unique; {seen[name]} already uses it")
+        seen[name] = key
+
+    settings = Settings(
+        project=project,
+        cluster_name=cluster_name,
+        location=location,
+        gke_version=gke_version,
+        system_pool=system_pool,
+        tpu=tpu,
+        on_demand=on_demand,
+        flex_start=flex_start,
+        kueue=kueue,
+        queues=queues,
+        deletion_protection=_boolean("deletionProtection", raw.get("deletionProtection", True)),
+        protect=_boolean("protect", raw.get("protect", False)),
+        multikueue=multikueue,
+    )
+    _check_quotas(settings)
+    return settings
+
+
+def _parse_tpu(value: Any) -> catalog.TpuSlice:
+    obj = _object("tpu", value, ("type", "topology", "machineType"))
+    family_name = obj.get("type", "v6e")
+    if family_name not in catalog.FAMILIES:
+        raise _fail("tpu.type", family_name, f"unknown TPU family; valid: {', '.join(catalog.FAMILIES)}")
+    fam = catalog.FAMILIES[family_name]
+    topology = _string("tpu.topology", obj.get("topology", "4x4"), None, "expected a topology string such as 4x4")
+    machine_type = obj.get("machineType")
+    if machine_type is not None:
+        _string("tpu.machineType", machine_type)
+        if fam.machine_type(machine_type) is None:
+            raise _fail("tpu.machineType", machine_type,
+                        f"not a {fam.name} machine type; valid: {', '.join(m.name for m in fam.machine_types)}")
+    if topology not in fam.topologies:
+        raise _fail("tpu.topology", topology, f"not a valid {fam.name} topology; valid: {', '.join(fam.topologies)}")
+    try:
+        return catalog.resolve_slice(family_name, topology, machine_type)
+    except catalog.CatalogError as err:
+        raise ConfigError(f"tpu.topology {_show(topology)} is invalid: {err}") from None
+
+
+def _pool_name(key: str, value: Any) -> str:
+    return _string(key, value, _POOL_NAME,
+                   "node pool names use lowercase letters, digits and hyphens, start with a letter and have at "
+                   "most 40 characters")
+
+
+def _parse_system_pool(value: Any) -> SystemPoolSettings:
+    d = SystemPoolSettings()
+    obj = _object("systemPool", value, ("name", "machineType", "nodeCount"))
+    return SystemPoolSettings(
+        name=_pool_name("systemPool.name", obj.get("name", d.name)),
+        machine_type=_string("systemPool.machineType", obj.get("machineType", d.machine_type), _MACHINE_TYPE,
+                             "expected a Compute Engine machine type such as n2-standard-16"),
+        node_count=_integer("systemPool.nodeCount", obj.get("nodeCount", d.node_count), minimum=1),
+    )
+
+
+def _parse_on_demand(value: Any) -> OnDemandSettings:
+    d = OnDemandSettings()
+    obj = _object("onDemand", value, ("name", "maxSlices", "reservation"))
+    reservation = obj.get("reservation")
+    if reservation is not None:
+        reservation = _string("onDemand.reservation", reservation, _DNS_LABEL,
+                              "expected the name of a specific Compute Engine reservation")
+    return OnDemandSettings(
+        name=_pool_name("onDemand.name", obj.get("name", d.name)),
+        max_slices=_integer("onDemand.maxSlices", obj.get("maxSlices", d.max_slices)),
+        reservation=reservation,
+    )
+
+
+def _parse_flex_start(value: Any) -> FlexStartSettings:
+    d = FlexStartSettings()
+    obj = _object("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration"))
+    duration = obj.get("maxRunDuration")
+    if duration is not None:
+        _string("flexStart.maxRunDuration", duration, _DURATION, 'expected seconds such as "86400s"')
+        if not 0 < int(duration[:-1]) <= MAX_RUN_DURATION_SECONDS:
+            raise _fail("flexStart.maxRunDuration", duration, f"must be between 1s and {MAX_RUN_DURATION_SECONDS}s "
+                        "(7 days, the flex-start limit)")
+    return FlexStartSettings(
+        enabled=_boolean("flexStart.enabled", obj.get("enabled", d.enabled)),
+        name=_pool_name("flexStart.name", obj.get("name", d.name)),
+        max_slices=_integer("flexStart.maxSlices", obj.get("maxSlices", d.max_slices)),
+        max_run_duration=duration,
+    )
+
+
+def _parse_kueue(value: Any) -> KueueSettings:
+    d = KueueSettings()
+    obj = _object("kueue", value, ("version", "featureGates"))
+    version = _string("kueue.version", obj.get("version", d.version), _SEMVER,
+                      "expected a Kueue chart version x.y.z such as 0.19.2")
+    gates_raw = obj.get("featureGates", dict(d.feature_gates))
+    if not isinstance(gates_raw, Mapping):
+        raise _fail("kueue.featureGates", gates_raw, "expected a map of gate name to true/false, "
+                    "e.g. {ElasticJobsViaWorkloadSlices: true}")
+    gates = []
+    for name, enabled in gates_raw.items():
+        if not isinstance(name, str) or not _FEATURE_GATE.match(name):
+            raise _fail("kueue.featureGates", name, "gate names are CamelCase such as ElasticJobsViaWorkloadSlices")
+        if not isinstance(enabled, bool):
+            raise _fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
+        gates.append((name, enabled))
+    return KueueSettings(version=version, feature_gates=tuple(gates))
+
+
+def _parse_queues(value: Any) -> QueueSettings:
+    d = QueueSettings()
+    obj = _object("queues", value, (
+        "clusterQueue", "localQueues", "namespaceLabels", "quotas", "capFlexStart", "workerRequest", "headRequest",
+    ))
+    cluster_queue = _string("queues.clusterQueue", obj.get("clusterQueue", d.cluster_queue), _DNS_LABEL,
+                            "expected a lowercase DNS label")
+    local_raw = obj.get("localQueues")
+    local_queues = d.local_queues
+    if local_raw is not None:
+        if not isinstance(local_raw, list) or not local_raw:
+            raise _fail("queues.localQueues", local_raw, "expected a non-empty list of {namespace, name}")
+        parsed: list[LocalQueueSettings] = []
+        for i, entry in enumerate(local_raw):
+            key = f"queues.localQueues[{i}]"
+            item = _object(key, entry, ("namespace", "name"))
+            queue = LocalQueueSettings(
+                namespace=_string(f"{key}.namespace", item.get("namespace", "default"), _DNS_LABEL,
+                                  "expected a Kubernetes namespace name"),
+                name=_string(f"{key}.name", item.get("name"), _DNS_LABEL, "expected a lowercase DNS label"),
+            )
+            if queue in parsed:
+                raise _fail(key, f"{queue.namespace}/{queue.name}", "local queues must be unique")
+            parsed.append(queue)
+        local_queues = tuple(parsed)
+    labels_raw = obj.get("namespaceLabels")
+    namespace_labels = None
+    if labels_raw is not None:
+        if not isinstance(labels_raw, Mapping) or not labels_raw:
+            raise _fail("queues.namespaceLabels", labels_raw,
+                        "expected a non-empty map of label to value (leave it out to admit every namespace)")
+        for k, v in labels_raw.items():
+            _string("queues.namespaceLabels", k, _LABEL_KEY, "expected a Kubernetes label key")
+            _string(f"queues.namespaceLabels.{k}", v, _LABEL_VALUE, "expected a Kubernetes label value (a string)")
+        namespace_labels = tuple(sorted(labels_raw.items()))
+    quotas = _object("queues.quotas", obj.get("quotas"), ("system", "onDemand"))
+    return QueueSettings(
+        cluster_queue=cluster_queue,
+        local_queues=local_queues,
+        namespace_labels=namespace_labels,
+        system_quota=_resource("queues.quotas.system", quotas.get("system"), d.system_quota),
+        on_demand_quota=(_resource("queues.quotas.onDemand", quotas["onDemand"], ResourceQuota(0, 0))
+                         if quotas.get("onDemand") is not None else None),
+        cap_flex_start=_boolean("queues.capFlexStart", obj.get("capFlexStart", d.cap_flex_start)),
+        worker_request=_resource("queues.workerRequest", obj.get("workerRequest"), d.worker_request),
+        head_request=_resource("queues.headRequest", obj.get("headRequest"), d.head_request),
+    )
+
+
+def _parse_multikueue(value: Any) -> MultiKueueSettings:
+    obj = _object("multikueue", value, ("enabled",))
+    enabled = _boolean("multikueue.enabled", obj.get("enabled", False))
+    if enabled:
+        raise _fail("multikueue.enabled", True, "multi-region mode is not available in this version; use false")
+    return MultiKueueSettings(enabled=enabled)
+
+
+def _check_quotas(settings: Settings) -> None:
+    """Every quota must admit at least one slice of the configured per-host requests."""
+    q = settings.queues
+    tpu = settings.tpu
+    machine = tpu.machine
+    worker_cpu, worker_mem = parse_quantity(q.worker_request.cpu), parse_quantity(q.worker_request.memory)
+    if worker_cpu > machine.vcpus or worker_mem > Decimal(machine.memory_gib) * 2**30:
+        raise _fail("queues.workerRequest", f"cpu={q.worker_request.cpu}, memory={q.worker_request.memory}",
+                    f"one TPU worker runs on one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+    head_cpu, head_mem = parse_quantity(q.head_request.cpu), parse_quantity(q.head_request.memory)
+    sys_cpu, sys_mem = parse_quantity(q.system_quota.cpu), parse_quantity(q.system_quota.memory)
+    if sys_cpu < head_cpu or sys_mem < head_mem:
+        raise _fail("queues.quotas.system", f"cpu={q.system_quota.cpu}, memory={q.system_quota.memory}",
+                    f"must admit one Ray head (cpu={q.head_request.cpu}, memory={q.head_request.memory})")
+    if settings.on_demand.max_slices > 0:
+        need_cpu, need_mem = worker_cpu * tpu.hosts_per_slice, worker_mem * tpu.hosts_per_slice
+        quota = on_demand_quota(settings)
+        od_cpu, od_mem = parse_quantity(quota.cpu), parse_quantity(quota.memory)
+        if od_cpu < need_cpu or od_mem < need_mem:
+            raise _fail(
+                "queues.quotas.onDemand", f"cpu={quota.cpu}, memory={quota.memory}",
+                f"must admit one {tpu.topology} slice: {tpu.hosts_per_slice} workers x "
+                f"(cpu={q.worker_request.cpu}, memory={q.worker_request.memory}) = cpu {_plain(need_cpu)}, "
+                f"memory {_plain(need_mem / 2**30)}Gi",
+            )
+
+
+def on_demand_quota(settings: Settings) -> ResourceQuota:
+    """The on-demand flavor's cpu/memory quota: configured, or derived from plan A's TPU hosts."""
+    if settings.queues.on_demand_quota is not None:
+        return settings.queues.on_demand_quota
+    hosts = settings.on_demand.max_slices * settings.tpu.hosts_per_slice
+    cpu_per_host, mib_per_host = ON_DEMAND_QUOTA_PER_HOST
+    mib = mib_per_host * hosts
+    return ResourceQuota(cpu=cpu_per_host * hosts, memory=f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi")
+
+
+def _plain(number: Decimal) -> str:
+    return format(number.normalize(), "f")
+
+
+# --------------------------------------------------------------------------------------------
+# Pulumi adapter
+# --------------------------------------------------------------------------------------------
+
+
+_OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "multikueue"})
+
+
+def decode_config(values: Mapping[str, str]) -> dict[str, Any]:
+    """Turn the CLI's `tpu-fallback:<key>` strings into Python values (objects and booleans are JSON)."""
+    import json
+
+    prefix = f"{PROJECT}:"
+    raw: dict[str, Any] = {}
+    for full_key, text in values.items():
+        if not full_key.startswith(prefix):
+            continue
+        key = full_key[len(prefix):]
+        if key in _OBJECT_KEYS or text in ("true", "false"):
+            try:
+                raw[key] = json.loads(text)
+            except json.JSONDecodeError:
+                raise _fail(key, text, "expected a YAML/JSON object") from None
+        else:
+            raw[key] = text
+    return raw
+
+
+def load_settings() -> Settings:
+    """Read this project's config keys from the running Pulumi program and validate them."""
+    import pulumi
+    from pulumi.runtime.config import CONFIG, get_config_env
+
+    values = {**get_config_env(), **CONFIG.get()}
+    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"))

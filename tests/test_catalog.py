@@ -1,0 +1,92 @@
+"""The TPU catalog against DESIGN.md §4: every family and topology, and what each implies."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from components import catalog
+from components.capacity import flavor_node_labels, pool_layout, tpu_chips
+
+# (family, topology, machine type or None, expected machine type, chips/VM, multi-host) - from DESIGN.md's table.
+TABLE = [
+    ("v6e", "1x1", None, "ct6e-standard-1t", 1, False),
+    ("v6e", "2x2", None, "ct6e-standard-4t", 4, False),
+    ("v6e", "2x4", None, "ct6e-standard-4t", 4, True),
+    ("v6e", "2x4", "ct6e-standard-8t", "ct6e-standard-8t", 8, False),
+    ("v6e", "4x4", None, "ct6e-standard-4t", 4, True),
+    ("v6e", "4x8", None, "ct6e-standard-4t", 4, True),
+    ("v6e", "8x8", None, "ct6e-standard-4t", 4, True),
+    ("v6e", "8x16", None, "ct6e-standard-4t", 4, True),
+    ("v6e", "16x16", None, "ct6e-standard-4t", 4, True),
+    ("v5e", "1x1", None, "ct5lp-hightpu-1t", 1, False),
+    ("v5e", "2x2", None, "ct5lp-hightpu-4t", 4, False),
+    ("v5e", "2x4", None, "ct5lp-hightpu-4t", 4, True),
+    ("v5e", "2x4", "ct5lp-hightpu-8t", "ct5lp-hightpu-8t", 8, False),
+    ("v5e", "4x4", None, "ct5lp-hightpu-4t", 4, True),
+    ("v5e", "16x16", None, "ct5lp-hightpu-4t", 4, True),
+    ("v5p", "2x2x1", None, "ct5p-hightpu-4t", 4, False),
+    ("v5p", "2x2x2", None, "ct5p-hightpu-4t", 4, True),
+    ("v5p", "2x2x4", None, "ct5p-hightpu-4t", 4, True),
+    ("v5p", "2x4x4", None, "ct5p-hightpu-4t", 4, True),
+    ("v5p", "4x4x4", None, "ct5p-hightpu-4t", 4, True),
+    ("v4", "2x2x1", None, "ct4p-hightpu-4t", 4, False),
+    ("v4", "2x2x2", None, "ct4p-hightpu-4t", 4, True),
+    ("v4", "4x4x4", None, "ct4p-hightpu-4t", 4, True),
+]
+
+
+@pytest.mark.parametrize(("family", "topology", "machine", "expected_machine", "chips_per_vm", "multi"), TABLE)
+def test_slice_derivation(family: str, topology: str, machine: str | None, expected_machine: str,
+                          chips_per_vm: int, multi: bool) -> None:
+    s = catalog.resolve_slice(family, topology, machine)
+    chips = math.prod(int(d) for d in topology.split("x"))
+    assert s.machine_type == expected_machine
+    assert s.chips_per_slice == chips
+    assert s.chips_per_host == chips_per_vm
+    assert s.hosts_per_slice == chips // chips_per_vm
+    assert s.multi_host is multi
+    assert (s.hosts_per_slice > 1) is multi
+
+
+def test_accelerator_labels() -> None:
+    expected = {"v6e": "tpu-v6e-slice", "v5e": "tpu-v5-lite-podslice", "v5p": "tpu-v5p-slice", "v4": "tpu-v4-podslice"}
+    assert {name: fam.accelerator_label for name, fam in catalog.FAMILIES.items()} == expected
+
+
+def test_tutorial_slice() -> None:
+    s = catalog.resolve_slice("v6e", "4x4")
+    assert (s.machine_type, s.chips_per_slice, s.hosts_per_slice, s.chips_per_host) == ("ct6e-standard-4t", 16, 4, 4)
+
+
+def test_v4_has_no_flex_start() -> None:
+    assert not catalog.FAMILIES["v4"].supports_flex_start
+    assert all(catalog.FAMILIES[f].supports_flex_start for f in ("v6e", "v5e", "v5p"))
+
+
+@pytest.mark.parametrize(("family", "topology", "machine"), [
+    ("v6e", "3x3", None), ("v6e", "4x4x4", None), ("v5p", "2x2", None), ("v6e", "4x4", "ct6e-standard-8t"),
+    ("v6e", "4x4", "ct5p-hightpu-4t"), ("v9", "4x4", None),
+])
+def test_invalid_combinations(family: str, topology: str, machine: str | None) -> None:
+    with pytest.raises(catalog.CatalogError) as err:
+        catalog.resolve_slice(family, topology, machine)
+    assert (topology in str(err.value)) or (family in str(err.value)) or (machine and machine in str(err.value))
+
+
+def test_multi_host_plans_get_one_pool_per_slice() -> None:
+    s = catalog.resolve_slice("v6e", "4x4")
+    layout = pool_layout("on-demand-pool", s, 3)
+    assert [p.name for p in layout] == ["on-demand-pool", "on-demand-pool-2", "on-demand-pool-3"]
+    assert all(p.max_nodes == 4 for p in layout)
+    assert tpu_chips(s, 3) == 48
+    assert flavor_node_labels("on-demand", layout) == {"tpu-fallback/plan": "on-demand"}
+    assert flavor_node_labels("on-demand", layout[:1]) == {"cloud.google.com/gke-nodepool": "on-demand-pool"}
+
+
+def test_single_host_plans_share_one_pool() -> None:
+    s = catalog.resolve_slice("v5e", "2x2")
+    layout = pool_layout("pool", s, 3)
+    assert [(p.name, p.max_nodes) for p in layout] == [("pool", 3)]
+    assert pool_layout("pool", s, 0) == ()

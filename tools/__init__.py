@@ -1,0 +1,1 @@
+"""Developer and reviewer tools: the mock runtime harness and the offline plan."""
