@@ -1,4 +1,4 @@
-"""TpuPlatform: one cluster with its plan A and plan B TPU pools (and, later, Kueue and queues)."""
+"""TpuPlatform: one cluster with its plan A and plan B TPU pools, Kueue and the fallback queues."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import pulumi
 
 from components.capacity import FLEX_START, ON_DEMAND
 from components.cluster import GkeCluster, GkeClusterArgs
+from components.kueue import Kueue, KueueArgs
+from components.manifests import FLEX_FLAVOR, KUEUE_NAMESPACE, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, queue_plan
+from components.queues import FallbackQueues, FallbackQueuesArgs
 from components.settings import Settings
 from components.tpu_pool import TpuNodePool, TpuNodePoolArgs
 
@@ -57,6 +60,15 @@ class TpuPlatform(pulumi.ComponentResource):
             plan_args(FLEX_START, flex.name, flex.max_slices, max_run_duration=flex.max_run_duration),
             opts=child,
         ) if flex.active else None
+
+        # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
+        # by label), so they are installed while GKE is still creating the pools.
+        on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.cluster.provider])
+        self.kueue = Kueue(f"{name}-kueue", KueueArgs(settings), opts=on_cluster)
+        self.queue_plan = queue_plan(settings)
+        self.queues = FallbackQueues(
+            f"{name}-queues", FallbackQueuesArgs(plan=self.queue_plan, ready=self.kueue.ready), opts=on_cluster
+        )
         self.register_outputs({})
 
     def stack_outputs(self) -> dict[str, Any]:
@@ -80,5 +92,14 @@ class TpuPlatform(pulumi.ComponentResource):
                 "chipsPerHost": tpu.chips_per_host,
                 "hostsPerSlice": tpu.hosts_per_slice,
                 "chipsPerSlice": tpu.chips_per_slice,
+            },
+            "kueueNamespace": KUEUE_NAMESPACE,
+            "kueueVersion": self.settings.kueue.version,
+            "clusterQueue": self.queue_plan.cluster_queue,
+            "localQueues": [{"namespace": ns, "name": q} for ns, q in self.queue_plan.local_queues],
+            "flavors": {
+                "system": SYSTEM_FLAVOR,
+                "onDemand": ON_DEMAND_FLAVOR if self.queue_plan.flavor(ON_DEMAND_FLAVOR) else None,
+                "flexStart": FLEX_FLAVOR if self.queue_plan.flavor(FLEX_FLAVOR) else None,
             },
         }

@@ -26,7 +26,7 @@ def cloud_resources(run: ProgramRun) -> list[RecordedResource]:
     return [r for r in run.resources if r.custom and r.type.startswith("gcp:")]
 
 
-def test_dev_graph_holds_exactly_the_tutorial_resources(dev: ProgramRun) -> None:
+def test_dev_graph_holds_exactly_the_tutorial_cloud_resources(dev: ProgramRun) -> None:
     kinds = sorted(
         (r.type, r.inputs.get("name") or r.inputs.get("role") or r.inputs.get("accountId", ""))
         for r in cloud_resources(dev)
@@ -115,6 +115,7 @@ def test_pools_depend_on_the_cluster_and_never_on_each_other(dev: ProgramRun) ->
 def test_outputs_contract(dev: ProgramRun) -> None:
     assert set(dev.outputs) == {
         "clusterName", "clusterLocation", "clusterEndpoint", "kubeconfig", "systemPool", "nodePools", "tpu",
+        "kueueNamespace", "kueueVersion", "clusterQueue", "localQueues", "flavors",
     }
     assert dev.secret_outputs == {"kubeconfig"}
     assert dev.outputs["clusterName"] == "tpu-cluster"

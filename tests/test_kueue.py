@@ -1,0 +1,226 @@
+"""Kueue and the plan A -> plan B queues, in the same graph as the cluster (issue: infrastructure part 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components import manifests
+from components.quantity import parse_quantity
+from components.settings import ConfigError, parse_settings
+from tests.conftest import crdcheck, infra
+from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "AdmissionCheck", "ProvisioningRequestConfig")
+
+
+def kueue_objects(run: ProgramRun) -> list[dict[str, Any]]:
+    return [o for o in run.kubernetes_objects() if o["apiVersion"].startswith("kueue.x-k8s.io/")]
+
+
+def normalise(obj: Any) -> Any:
+    """Compare quantities by value and ignore the v1beta1/v1beta2 difference (the seed's objects are valid in both)."""
+    if isinstance(obj, dict):
+        return {k: (normalise(v) if k != "apiVersion" else v.rsplit("/", 1)[0]) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [normalise(v) for v in obj]
+    if isinstance(obj, (int, str)) and not isinstance(obj, bool):
+        try:
+            return parse_quantity(obj)
+        except ValueError:
+            return obj
+    return obj
+
+
+def keyed(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
+
+
+def test_dev_queue_objects_are_the_tutorials(dev: ProgramRun) -> None:
+    tutorial = keyed(list(yaml.safe_load_all((FIXTURES / "dws-tpu-queue.yaml").read_text())))
+    ours = keyed(kueue_objects(dev))
+    assert set(ours) == set(tutorial)
+    for key, expected in tutorial.items():
+        assert normalise(ours[key]) == normalise(expected), key
+    assert all(o["apiVersion"] == "kueue.x-k8s.io/v1beta2" for o in ours.values())
+
+
+def test_flavor_order_and_covered_resources(dev: ProgramRun) -> None:
+    cq = next(o for o in kueue_objects(dev) if o["kind"] == "ClusterQueue")
+    group = cq["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["cpu", "memory", "google.com/tpu"]
+    assert [f["name"] for f in group["flavors"]] == ["default-cpu", "on-demand", "dws"]
+    for flavor in group["flavors"]:
+        assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
+    assert cq["spec"]["namespaceSelector"] == {}  # the empty map survives: an absent selector admits nothing
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_object_passes_the_crd_schemas(stack: str, tmp_path: Path) -> None:
+    result = crdcheck(infra(stack).kubernetes_objects(), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_queue_objects_wait_for_kueue_but_not_for_tpu_pools(dev: ProgramRun) -> None:
+    release = dev.one(RELEASE)
+    gate = dev.one("kubernetes:batch/v1:Job")
+    pools = dev.of_type("gcp:container/nodePool:NodePool")
+    crs = [r for r in dev.resources if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    assert {r.type.split(":")[-1] for r in crs} == set(KUEUE_KINDS)
+    assert dev.depends_on(gate, release)
+    for cr in crs:
+        assert dev.depends_on(cr, gate), cr.name
+        assert dev.depends_on(cr, release), cr.name
+        for p in pools:
+            assert not dev.depends_on(cr, p), f"{cr.name} waits for node pool {p.name}"
+    assert not any(dev.depends_on(release, p) for p in pools)
+
+
+def test_kubernetes_resources_use_the_clusters_provider(dev: ProgramRun) -> None:
+    provider = dev.one("pulumi:providers:kubernetes")
+    for r in dev.resources:
+        if r.custom and r.type.startswith("kubernetes:"):
+            assert r.provider.startswith(provider.urn + "::"), r.name
+
+
+def test_helm_release(dev: ProgramRun) -> None:
+    release = dev.one(RELEASE).inputs
+    assert release["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
+    assert release["version"] == "0.19.2"
+    assert release["name"] == "kueue" and release["namespace"] == "kueue-system"
+    values = release["values"]
+    assert values["controllerManager"]["featureGates"] == [{"name": "ElasticJobsViaWorkloadSlices", "enabled": True}]
+    # The RayJob integration stays enabled: the manager config (and its integrations list) is not overridden.
+    assert "managerConfig" not in values
+    assert values["controllerManager"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "default-pool"}
+    assert release.get("skipAwait") is not True
+
+
+def test_feature_gates_and_version_follow_config() -> None:
+    run = infra("dev", {"kueue": {"version": "0.18.3", "featureGates": {"TopologyAwareScheduling": False}}})
+    release = run.one(RELEASE).inputs
+    assert release["version"] == "0.18.3"
+    assert release["values"]["controllerManager"]["featureGates"] == [
+        {"name": "TopologyAwareScheduling", "enabled": False}]
+    assert run.outputs["kueueVersion"] == "0.18.3"
+
+
+def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRun) -> None:
+    job = dev.one("kubernetes:batch/v1:Job").inputs
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["create", "--dry-run=server"]
+    assert {"name": "KUEUE_VERSION", "value": "0.19.2"} in container["env"]
+    probe = yaml.safe_load(dev.one("kubernetes:core/v1:ConfigMap").inputs["data"]["flavor.yaml"])
+    assert probe["kind"] == "ResourceFlavor" and "generateName" in probe["metadata"]
+    role = dev.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    assert role["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]}]
+    upgraded = infra("dev", {"kueue": {"version": "0.19.3"}}).one("kubernetes:batch/v1:Job").inputs
+    assert upgraded["spec"]["template"] != job["spec"]["template"]  # a new template replaces the Job
+
+
+@pytest.mark.parametrize(("overrides", "chips"), [
+    ({"onDemand": {"maxSlices": 2}}, 32),
+    ({"tpu": {"type": "v6e", "topology": "2x4"}}, 8),
+    ({"tpu": {"type": "v6e", "topology": "4x8"}, "queues": {"quotas": {"onDemand": {"cpu": 64, "memory": "128Gi"}}}},
+     32),
+])
+def test_on_demand_tpu_quota_is_derived_from_the_pool(overrides: dict[str, Any], chips: int) -> None:
+    run = infra("dev", overrides)
+    cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
+    on_demand = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "on-demand")
+    assert {r["name"]: r["nominalQuota"] for r in on_demand["resources"]}["google.com/tpu"] == chips
+
+
+def test_more_on_demand_slices_select_pools_by_plan_label() -> None:
+    run = infra("dev", {"onDemand": {"maxSlices": 2}})
+    flavor = keyed(kueue_objects(run))[("ResourceFlavor", "", "on-demand")]
+    assert flavor["spec"]["nodeLabels"] == {"tpu-fallback/plan": "on-demand"}
+    pools = [r.inputs for r in run.of_type("gcp:container/nodePool:NodePool") if r.inputs["name"].startswith("on-")]
+    assert len(pools) == 2 and all(p["nodeConfig"]["labels"]["tpu-fallback/plan"] == "on-demand" for p in pools)
+
+
+def test_capped_flex_start_quota_is_plan_b_capacity() -> None:
+    run = infra("prod")  # capFlexStart: true, 4 flex-start slices of v6e 4x4
+    cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
+    dws = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "dws")
+    quota = {r["name"]: r["nominalQuota"] for r in dws["resources"]}
+    assert quota == {"cpu": 4 * 4 * 180, "memory": f"{4 * 4 * 720}Gi", "google.com/tpu": 4 * 16}
+
+
+def test_flex_start_disabled_leaves_a_working_queue() -> None:
+    run = infra("dev", {"flexStart": {"enabled": False}})
+    objects = kueue_objects(run)
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    assert kinds == [("ClusterQueue", "cluster-queue"), ("LocalQueue", "user-queue"),
+                     ("ResourceFlavor", "default-cpu"), ("ResourceFlavor", "on-demand")]
+    cq = next(o for o in objects if o["kind"] == "ClusterQueue")
+    assert "admissionChecksStrategy" not in cq["spec"]
+    assert run.outputs["flavors"] == {"system": "default-cpu", "onDemand": "on-demand", "flexStart": None}
+
+
+def test_local_queues_namespaces_and_selector() -> None:
+    run = infra("prod")
+    objects = run.kubernetes_objects()
+    namespaces = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Namespace"}
+    assert set(namespaces) == {"kueue-system", "ml-research", "ml-prod"}
+    assert namespaces["ml-research"]["metadata"]["labels"] == {"tpu-fallback/queue-access": "true"}
+    cq = next(o for o in objects if o["kind"] == "ClusterQueue")
+    assert cq["spec"]["namespaceSelector"] == {"matchLabels": {"tpu-fallback/queue-access": "true"}}
+    assert run.outputs["localQueues"] == [
+        {"namespace": "ml-research", "name": "research-queue"}, {"namespace": "ml-prod", "name": "prod-queue"}]
+    lq = next(r for r in run.resources if r.type.endswith(":LocalQueue") and "research" in r.name)
+    ns = next(r for r in run.resources if r.type == "kubernetes:core/v1:Namespace" and "ml-research" in r.name)
+    assert run.depends_on(lq, ns)
+
+
+def test_outputs_added_to_the_contract(dev: ProgramRun) -> None:
+    assert dev.outputs["kueueNamespace"] == "kueue-system"
+    assert dev.outputs["kueueVersion"] == "0.19.2"
+    assert dev.outputs["clusterQueue"] == "cluster-queue"
+    assert dev.outputs["localQueues"] == [{"namespace": "default", "name": "user-queue"}]
+    assert dev.outputs["flavors"] == {"system": "default-cpu", "onDemand": "on-demand", "flexStart": "dws"}
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), [
+    ({"kueue": {"featureGates": {"elastic-jobs": True}}}, ["kueue.featureGates", "elastic-jobs", "CamelCase"]),
+    ({"kueue": {"featureGates": {"ElasticJobsViaWorkloadSlices": "yes"}}},
+     ["kueue.featureGates.ElasticJobsViaWorkloadSlices", "true or false"]),
+    ({"kueue": {"featureGates": [{"name": "X", "enabled": True}]}}, ["kueue.featureGates", "map of gate name"]),
+    ({"queues": {"quotas": {"onDemand": {"cpu": 16, "memory": "75Gi"}}}}, ["queues.quotas.onDemand", "one 4x4 slice"]),
+    ({"queues": {"quotas": {"system": {"cpu": 1, "memory": "1Gi"}}}}, ["queues.quotas.system", "one Ray head"]),
+    ({"queues": {"quotas": {"system": {"cpu": "lots"}}}}, ["queues.quotas.system.cpu", '"lots"']),
+    ({"queues": {"localQueues": [{"name": "q"}, {"namespace": "default", "name": "q"}]}},
+     ["queues.localQueues[1]", "default/q", "unique"]),
+    ({"queues": {"localQueues": []}}, ["queues.localQueues", "non-empty"]),
+])
+def test_bad_queue_config_is_a_clear_error_and_registers_nothing(overrides: dict[str, Any],
+                                                                  fragments: list[str]) -> None:
+    run = run_program(REPO_ROOT, "dev", overrides, raise_errors=False)
+    assert isinstance(run.error, ConfigError), run.error
+    for fragment in fragments:
+        assert fragment in str(run.error)
+    assert run.resources == []
+
+
+def test_on_flavors_must_name_a_flavor_of_the_queue() -> None:
+    plan = manifests.queue_plan(parse_settings({"flexStart": {"enabled": False}}, "p"))
+    with pytest.raises(ValueError, match=r"dws-prov refers to missing flavor\(s\) \['dws'\]"):
+        manifests.cluster_queue(plan, [{"name": "dws-prov", "onFlavors": ["dws"]}])
+
+
+def test_offline_plan_yaml_of_prod_is_valid(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "tools.plan", "prod", "--quiet", "--out", str(tmp_path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
+    assert {o["kind"] for o in objects} >= set(KUEUE_KINDS) | {"Namespace", "Job"}
+    check = crdcheck(objects, tmp_path)
+    assert check.returncode == 0, check.stdout
