@@ -117,8 +117,19 @@ class ProgramRun:
         return objects
 
 
+def _whole_numbers(value: Any) -> Any:
+    """The mock runtime hands every number over as a float; the provider turns them back by schema."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
 def kubernetes_manifest(resource: RecordedResource) -> dict[str, Any]:
-    manifest = {k: v for k, v in resource.inputs.items() if not k.startswith("__")}
+    manifest = {k: _whole_numbers(v) for k, v in resource.inputs.items() if not k.startswith("__")}
     if "apiVersion" not in manifest:  # typed resources carry apiVersion/kind in their type token
         _, group_version, kind = resource.type.split(":")
         group, version = group_version.rsplit("/", 1)
@@ -273,6 +284,20 @@ def _unwrap(value: Any, path: str = "") -> tuple[Any, list[str]]:
 # --------------------------------------------------------------------------------------------
 # Running a program
 # --------------------------------------------------------------------------------------------
+
+def infra_references(project_dir: Path | str, stack: str) -> dict[str, dict[str, Any]]:
+    """Mocked StackReference outputs for a jobs stack: its `infraStack` evaluated offline from this repository."""
+    project, config, _ = stack_config(Path(project_dir).resolve(), stack)
+    infra_stack = config.get(f"{project}:infraStack")
+    if not infra_stack:
+        return {}
+    infra_project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())["name"]
+    parts = infra_stack.split("/")
+    if len(parts) > 1 and parts[-2] != infra_project:
+        raise ValueError(f"infraStack {infra_stack!r} is not a stack of project {infra_project!r}")
+    run = run_program(REPO_ROOT, parts[-1])
+    return {infra_stack: {"outputs": run.outputs, "secretOutputNames": sorted(run.secret_outputs)}}
+
 
 _RUN_LOCK = threading.Lock()  # Pulumi's runtime settings are process-wide
 

@@ -6,7 +6,7 @@ cloud resources and stack outputs (secrets masked). It renders the program; it i
 against live state: `pulumi preview` is still what tells you what would change.
 
     python -m tools.plan dev                    # infra project, stack dev
-    python -m tools.plan dev --project jobs     # the jobs project
+    python -m tools.plan dev --project jobs     # the jobs project (its infraStack is rendered from here too)
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ from typing import Any
 
 import yaml
 
-from tools.mockrun import REPO_ROOT, SECRET_PLACEHOLDER, ProgramRun, RecordedResource, run_program
+from tools.mockrun import (
+    REPO_ROOT,
+    SECRET_PLACEHOLDER,
+    ProgramRun,
+    RecordedResource,
+    infra_references,
+    kubernetes_manifest,
+    run_program,
+)
 
 DEFAULT_OUT = REPO_ROOT / "build" / "plan"
 
@@ -60,8 +68,6 @@ def kubernetes_yaml(run: ProgramRun) -> str:
     masked = []
     for resource in run.resources:
         if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
-            from tools.mockrun import kubernetes_manifest
-
             masked.append(_mask(kubernetes_manifest(resource), resource.secret_inputs))
     return yaml.safe_dump_all(masked, sort_keys=False)
 
@@ -141,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     project_dir = (REPO_ROOT / args.project).resolve()
-    references = json.loads(args.stack_outputs.read_text()) if args.stack_outputs else None
     started = time.perf_counter()
     try:
+        if args.stack_outputs:
+            references = json.loads(args.stack_outputs.read_text())
+        else:  # a jobs stack: render its infraStack from this repository first
+            references = infra_references(project_dir, args.stack)
         run = run_program(project_dir, args.stack, stack_references=references, raise_errors=False)
-    except (FileNotFoundError, yaml.YAMLError) as err:
+    except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
         print(f"offline plan: cannot read stack {args.stack!r}: {err}", file=sys.stderr)
         return 2
     if run.error is not None:
