@@ -23,9 +23,10 @@ class GkeClusterArgs:
     cluster_name: str
     location: str
     gke_version: str
-    system_pool: SystemPoolSettings
+    system_pool: SystemPoolSettings | None  # None: no CPU pool (Autopilot provisions nodes itself)
     deletion_protection: bool
     protect: bool = False
+    autopilot: bool = False  # a MultiKueue manager runs no TPU work: Autopilot suits it
 
 
 def node_service_account_id(cluster_name: str) -> str:
@@ -35,7 +36,7 @@ def node_service_account_id(cluster_name: str) -> str:
 
 class GkeCluster(pulumi.ComponentResource):
     cluster: gcp.container.Cluster
-    system_pool: gcp.container.NodePool
+    system_pool: gcp.container.NodePool | None
     node_service_account: gcp.serviceaccount.Account
     kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
@@ -63,6 +64,22 @@ class GkeCluster(pulumi.ComponentResource):
             for role in NODE_SERVICE_ACCOUNT_ROLES
         ]
 
+        if args.autopilot:
+            # Autopilot: image streaming, Workload Identity and shielded nodes are built in; its nodes use our account.
+            mode: dict[str, object] = {
+                "enable_autopilot": True,
+                "cluster_autoscaling": {"auto_provisioning_defaults": {
+                    "service_account": self.node_service_account.email, "oauth_scopes": [CLOUD_PLATFORM_SCOPE]}},
+            }
+        else:
+            mode = {
+                # The default pool would run with the Compute default service account; the system pool replaces it.
+                "remove_default_node_pool": True,
+                "initial_node_count": 1,
+                "node_pool_defaults": {"node_config_defaults": {"gcfs_config": {"enabled": True}}},
+                "workload_identity_config": {"workload_pool": f"{args.project}.svc.id.goog"},
+                "enable_shielded_nodes": True,
+            }
         self.cluster = gcp.container.Cluster(
             name,
             name=args.cluster_name,
@@ -70,20 +87,15 @@ class GkeCluster(pulumi.ComponentResource):
             location=args.location,
             min_master_version=args.gke_version,
             release_channel={"channel": "REGULAR"},
-            # The default pool would run with the Compute default service account; the system pool replaces it.
-            remove_default_node_pool=True,
-            initial_node_count=1,
             addons_config={"ray_operator_configs": [{"enabled": True}]},
-            node_pool_defaults={"node_config_defaults": {"gcfs_config": {"enabled": True}}},
-            workload_identity_config={"workload_pool": f"{args.project}.svc.id.goog"},
-            enable_shielded_nodes=True,
             deletion_protection=args.deletion_protection,
             # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings, protect=args.protect),
+            **mode,
         )
 
         pool = args.system_pool
-        self.system_pool = gcp.container.NodePool(
+        self.system_pool = None if pool is None else gcp.container.NodePool(
             f"{name}-{pool.name}",
             name=pool.name,
             project=args.project,

@@ -20,7 +20,7 @@ import yaml
 
 from components import capacity
 from components.manifests import KUEUE_CHART, KUEUE_NAMESPACE, kueue_helm_values, readiness_probe_flavor
-from components.settings import Settings
+from components.settings import KueueSettings
 
 DEFAULT_GATE_IMAGE = "registry.k8s.io/kubectl:v1.34.1"  # distroless kubectl, entrypoint kubectl
 GATE_TIMEOUT = "15m"
@@ -28,7 +28,8 @@ GATE_TIMEOUT = "15m"
 
 @dataclass(frozen=True)
 class KueueArgs:
-    settings: Settings
+    kueue: KueueSettings
+    system_pool: str | None  # pin Kueue (and its gate) to this node pool; None on Autopilot
     gate_image: str = DEFAULT_GATE_IMAGE
 
 
@@ -39,7 +40,6 @@ class Kueue(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:kueue:Kueue", name, None, opts)
-        settings = args.settings
         child = pulumi.ResourceOptions(parent=self)
 
         self.namespace = k8s.core.v1.Namespace(
@@ -49,18 +49,18 @@ class Kueue(pulumi.ComponentResource):
             f"{name}-release",
             name="kueue",
             chart=KUEUE_CHART,
-            version=settings.kueue.version,
+            version=args.kueue.version,
             namespace=self.namespace.metadata["name"],
-            values=kueue_helm_values(settings),
+            values=kueue_helm_values(args.kueue, args.system_pool),
             # Wait for the controller's Deployment to be Ready (helm --wait); the gate covers the rest.
             skip_await=False,
             timeout=600,
             opts=child,
         )
-        self.ready = self._readiness_gate(name, settings, args.gate_image)
-        self.register_outputs({"version": settings.kueue.version, "namespace": KUEUE_NAMESPACE})
+        self.ready = self._readiness_gate(name, args)
+        self.register_outputs({"version": args.kueue.version, "namespace": KUEUE_NAMESPACE})
 
-    def _readiness_gate(self, name: str, settings: Settings, image: str) -> k8s.batch.v1.Job:
+    def _readiness_gate(self, name: str, args: KueueArgs) -> k8s.batch.v1.Job:
         gate = "kueue-readiness-gate"
         after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         namespace = self.namespace.metadata["name"]
@@ -99,15 +99,15 @@ class Kueue(pulumi.ComponentResource):
                     "spec": {
                         "serviceAccountName": gate,
                         "restartPolicy": "Never",
-                        "nodeSelector": {capacity.NODEPOOL_LABEL: settings.system_pool.name},
+                        "nodeSelector": {capacity.NODEPOOL_LABEL: args.system_pool} if args.system_pool else {},
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
                                             "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{
                             "name": "probe",
-                            "image": image,
+                            "image": args.gate_image,
                             "args": ["create", "--dry-run=server", "-f", "/probe/flavor.yaml", "-o", "name"],
                             # Part of the pod template, so a Kueue upgrade replaces the Job and re-runs the gate.
-                            "env": [{"name": "KUEUE_VERSION", "value": settings.kueue.version}],
+                            "env": [{"name": "KUEUE_VERSION", "value": args.kueue.version}],
                             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                                           "limits": {"memory": "64Mi"}},
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,

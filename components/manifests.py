@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from components import capacity
-from components.settings import UNLIMITED_QUOTA, ResourceQuota, Settings, on_demand_quota
+from components.settings import UNLIMITED_QUOTA, KueueSettings, ResourceQuota, Settings, on_demand_quota
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -38,11 +38,11 @@ def load_manifest(name: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def kueue_helm_values(settings: Settings) -> dict[str, Any]:
+def kueue_helm_values(kueue: KueueSettings, system_pool: str | None) -> dict[str, Any]:
     values: dict[str, Any] = copy.deepcopy(load_manifest("kueue-values.yaml"))
     manager = values.setdefault("controllerManager", {})
-    manager["featureGates"] = [{"name": name, "enabled": enabled} for name, enabled in settings.kueue.feature_gates]
-    manager["nodeSelector"] = {capacity.NODEPOOL_LABEL: settings.system_pool.name}
+    manager["featureGates"] = [{"name": name, "enabled": enabled} for name, enabled in kueue.feature_gates]
+    manager["nodeSelector"] = {capacity.NODEPOOL_LABEL: system_pool} if system_pool else {}
     return values
 
 
@@ -180,4 +180,88 @@ def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str,
         "kind": "LocalQueue",
         "metadata": {"namespace": namespace, "name": name},
         "spec": {"clusterQueue": cluster_queue_name},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# MultiKueue (manager -> workers) and metrics
+# --------------------------------------------------------------------------------------------
+
+MULTIKUEUE_CHECK, MULTIKUEUE_CONFIG = "multikueue", "multikueue-config"
+MULTIKUEUE_FLAVOR = "multikueue"
+MULTIKUEUE_ACCOUNT = "multikueue-sa"
+KUEUE_METRICS_PORT = 8443  # Kueue 0.19's controller serves metrics over HTTPS on :8443
+
+# What the manager's Kueue may do on a worker (Kueue's create-multikueue-kubeconfig.sh, plus the RayJob and
+# RayCluster rules of its KubeRay MultiKueue guide): create/observe the jobs it dispatches and their workloads.
+MULTIKUEUE_WORKER_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"],
+     "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs/status", "rayclusters/status"], "verbs": ["get"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+     "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
+]
+
+
+def manager_queue_plan(settings: Settings) -> QueuePlan:
+    """The manager admits on an unlimited flavor without node labels: the workers hold the real quotas."""
+    unlimited = Flavor(MULTIKUEUE_FLAVOR, {}, dict(UNLIMITED))
+    q = settings.queues
+    return QueuePlan(
+        cluster_queue=q.cluster_queue,
+        flavors=(unlimited,),
+        provisioning_check=False,  # Kueue refuses MultiKueue and ProvisioningRequest checks on one queue
+        namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
+        local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
+    )
+
+
+def multikueue_admission_checks() -> list[dict[str, Any]]:
+    return [{"name": MULTIKUEUE_CHECK, "onFlavors": [MULTIKUEUE_FLAVOR]}]
+
+
+def multikueue_cluster(worker: str, secret_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "MultiKueueCluster",
+        "metadata": {"name": worker},
+        "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret_name}}},
+    }
+
+
+def multikueue_config(workers: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "MultiKueueConfig",
+        "metadata": {"name": MULTIKUEUE_CONFIG},
+        "spec": {"clusters": list(workers)},
+    }
+
+
+def multikueue_admission_check() -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": MULTIKUEUE_CHECK},
+        "spec": {
+            "controllerName": "kueue.x-k8s.io/multikueue",
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": MULTIKUEUE_CONFIG},
+        },
+    }
+
+
+def kueue_pod_monitoring() -> dict[str, Any]:
+    """Managed Service for Prometheus scrapes Kueue's controller (its metrics endpoint is HTTPS, self-signed)."""
+    return {
+        "apiVersion": "monitoring.googleapis.com/v1",
+        "kind": "PodMonitoring",
+        "metadata": {"name": "kueue-controller-metrics", "namespace": KUEUE_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"control-plane": "controller-manager", "app.kubernetes.io/name": "kueue"}},
+            "endpoints": [{"port": KUEUE_METRICS_PORT, "scheme": "https", "interval": "30s",
+                           "tls": {"insecureSkipVerify": True}}],
+        },
     }

@@ -5,11 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components.capacity import FLEX_START, ON_DEMAND
 from components.cluster import GkeCluster, GkeClusterArgs
 from components.kueue import Kueue, KueueArgs
-from components.manifests import FLEX_FLAVOR, KUEUE_NAMESPACE, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, queue_plan
+from components.manifests import (
+    FLEX_FLAVOR,
+    KUEUE_NAMESPACE,
+    ON_DEMAND_FLAVOR,
+    SYSTEM_FLAVOR,
+    kueue_pod_monitoring,
+    queue_plan,
+)
 from components.queues import FallbackQueues, FallbackQueuesArgs
 from components.settings import Settings
 from components.tpu_pool import TpuNodePool, TpuNodePoolArgs
@@ -64,11 +72,13 @@ class TpuPlatform(pulumi.ComponentResource):
         # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
         # by label), so they are installed while GKE is still creating the pools.
         on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.cluster.provider])
-        self.kueue = Kueue(f"{name}-kueue", KueueArgs(settings), opts=on_cluster)
+        self.kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name), opts=on_cluster)
         self.queue_plan = queue_plan(settings)
         self.queues = FallbackQueues(
             f"{name}-queues", FallbackQueuesArgs(plan=self.queue_plan, ready=self.kueue.ready), opts=on_cluster
         )
+        if settings.kueue.pod_monitoring:
+            kueue_metrics(f"{name}-kueue-metrics", self.kueue, opts=on_cluster)
         self.register_outputs({})
 
     def stack_outputs(self) -> dict[str, Any]:
@@ -79,7 +89,7 @@ class TpuPlatform(pulumi.ComponentResource):
             "clusterLocation": self.cluster.cluster.location,
             "clusterEndpoint": self.cluster.cluster.endpoint,
             "kubeconfig": self.cluster.kubeconfig,
-            "systemPool": self.cluster.system_pool.name,
+            "systemPool": self.cluster.system_pool.name if self.cluster.system_pool else None,
             "nodePools": {
                 "onDemand": self.on_demand.names if self.on_demand else [],
                 "flexStart": self.flex_start.names if self.flex_start else [],
@@ -103,3 +113,12 @@ class TpuPlatform(pulumi.ComponentResource):
                 "flexStart": FLEX_FLAVOR if self.queue_plan.flavor(FLEX_FLAVOR) else None,
             },
         }
+
+
+def kueue_metrics(name: str, kueue: Kueue, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    """A PodMonitoring so Managed Service for Prometheus scrapes Kueue's controller metrics."""
+    obj = kueue_pod_monitoring()
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"],
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[kueue.release])),
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -77,6 +77,11 @@ class FlexStartSettings:
 class KueueSettings:
     version: str = "0.19.2"
     feature_gates: tuple[tuple[str, bool], ...] = (("ElasticJobsViaWorkloadSlices", True),)
+    pod_monitoring: bool = False  # a PodMonitoring for Kueue's metrics (Managed Service for Prometheus)
+
+    @property
+    def elastic_jobs(self) -> bool:
+        return dict(self.feature_gates).get("ElasticJobsViaWorkloadSlices", False)
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,26 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
+class ManagerSettings:
+    cluster_name: str
+    location: str  # a region for Autopilot, a zone for a Standard manager
+    autopilot: bool = True
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    name: str
+    settings: Settings  # a full plan A / plan B cluster of its own
+
+
+MAX_WORKERS = 20  # MultiKueueConfig.spec.clusters allows 1..20
+
+
+@dataclass(frozen=True)
 class MultiKueueSettings:
     enabled: bool = False
+    manager: ManagerSettings | None = None
+    workers: tuple[WorkerSettings, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,7 +280,6 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
     flex_start = _parse_flex_start(raw.get("flexStart"))
     kueue = _parse_kueue(raw.get("kueue"))
     queues = _parse_queues(raw.get("queues"))
-    multikueue = _parse_multikueue(raw.get("multikueue"))
 
     if on_demand.max_slices == 0 and not flex_start.active:
         why = "flexStart.maxSlices is 0 too" if flex_start.enabled else "flexStart.enabled is false"
@@ -297,9 +319,11 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
         queues=queues,
         deletion_protection=_boolean("deletionProtection", raw.get("deletionProtection", True)),
         protect=_boolean("protect", raw.get("protect", False)),
-        multikueue=multikueue,
     )
     _check_quotas(settings)
+    multikueue = _parse_multikueue(raw, settings)
+    if multikueue.enabled:
+        settings = replace(settings, multikueue=multikueue)
     return settings
 
 
@@ -374,7 +398,7 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
 
 def _parse_kueue(value: Any) -> KueueSettings:
     d = KueueSettings()
-    obj = _object("kueue", value, ("version", "featureGates"))
+    obj = _object("kueue", value, ("version", "featureGates", "podMonitoring"))
     version = _string("kueue.version", obj.get("version", d.version), _SEMVER,
                       "expected a Kueue chart version x.y.z such as 0.19.2")
     gates_raw = obj.get("featureGates", dict(d.feature_gates))
@@ -388,7 +412,8 @@ def _parse_kueue(value: Any) -> KueueSettings:
         if not isinstance(enabled, bool):
             raise _fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
         gates.append((name, enabled))
-    return KueueSettings(version=version, feature_gates=tuple(gates))
+    return KueueSettings(version=version, feature_gates=tuple(gates),
+                         pod_monitoring=_boolean("kueue.podMonitoring", obj.get("podMonitoring", False)))
 
 
 def _parse_queues(value: Any) -> QueueSettings:
@@ -440,12 +465,63 @@ def _parse_queues(value: Any) -> QueueSettings:
     )
 
 
-def _parse_multikueue(value: Any) -> MultiKueueSettings:
-    obj = _object("multikueue", value, ("enabled",))
-    enabled = _boolean("multikueue.enabled", obj.get("enabled", False))
-    if enabled:
-        raise _fail("multikueue.enabled", True, "multi-region mode is not available in this version; use false")
-    return MultiKueueSettings(enabled=enabled)
+_WORKER_OVERRIDES = ("tpu", "onDemand", "flexStart")
+
+
+def _parse_multikueue(raw: Mapping[str, Any], stack: Settings) -> MultiKueueSettings:
+    """Manager and workers; each worker is the stack's settings with its own name, zone and optional overrides."""
+    obj = _object("multikueue", raw.get("multikueue"), ("enabled", "manager", "workers"))
+    if not _boolean("multikueue.enabled", obj.get("enabled", False)):
+        return MultiKueueSettings()
+    if stack.kueue.elastic_jobs:
+        raise _fail("kueue.featureGates.ElasticJobsViaWorkloadSlices", True,
+                    "MultiKueue does not support elastic jobs; set it to false in a multikueue stack")
+
+    manager_raw = _object("multikueue.manager", obj.get("manager"), ("clusterName", "location", "autopilot"))
+    autopilot = _boolean("multikueue.manager.autopilot", manager_raw.get("autopilot", True))
+    manager_location = manager_raw.get("location", stack.region)
+    pattern, allowed = ((_REGION, "an Autopilot manager needs a region such as europe-west4") if autopilot else
+                        (_ZONE, "a Standard manager needs a zone such as europe-west4-a"))
+    manager = ManagerSettings(
+        cluster_name=_string("multikueue.manager.clusterName",
+                             manager_raw.get("clusterName", f"{stack.cluster_name[:32]}-manager"), _CLUSTER_NAME,
+                             "a GKE cluster name (lowercase letters, digits, hyphens, at most 40 characters)"),
+        location=_string("multikueue.manager.location", manager_location, pattern, allowed),
+        autopilot=autopilot,
+    )
+
+    workers_raw = obj.get("workers")
+    if not isinstance(workers_raw, list) or not workers_raw:
+        raise _fail("multikueue.workers", workers_raw, "expected a list of {name, location} (1 to 20 workers)")
+    if len(workers_raw) > MAX_WORKERS:
+        raise _fail("multikueue.workers", f"{len(workers_raw)} workers",
+                    f"MultiKueueConfig accepts at most {MAX_WORKERS} clusters")
+    workers: list[WorkerSettings] = []
+    for i, entry in enumerate(workers_raw):
+        key = f"multikueue.workers[{i}]"
+        item = _object(key, entry, ("name", "location", *_WORKER_OVERRIDES))
+        name = _string(f"{key}.name", item.get("name"), _DNS_LABEL, "expected a short lowercase name such as us")
+        if any(w.name == name for w in workers):
+            raise _fail(f"{key}.name", name, "worker names must be unique")
+        worker_raw = {k: v for k, v in raw.items() if k != "multikueue"}
+        worker_raw.update({k: item[k] for k in _WORKER_OVERRIDES if k in item})
+        worker_raw["clusterName"] = f"{stack.cluster_name}-{name}"
+        worker_raw["location"] = item.get("location")
+        try:
+            worker = parse_settings(worker_raw, stack.project)
+        except ConfigError as err:
+            raise ConfigError(f"{key} ({name}): {err}") from None
+        fam = worker.tpu.family
+        if worker.location in catalog.ALL_KNOWN_ZONES and worker.location not in fam.known_zones:
+            known = ", ".join(sorted(fam.known_zones))
+            raise _fail(f"{key}.location", worker.location,
+                        f"{fam.name} TPUs are not offered there; known {fam.name} zones: {known}")
+        workers.append(WorkerSettings(name, worker))
+    names = [manager.cluster_name, *(w.settings.cluster_name for w in workers)]
+    if len(set(names)) != len(names):
+        raise _fail("multikueue.manager.clusterName", manager.cluster_name,
+                    "must differ from every worker's cluster name")
+    return MultiKueueSettings(enabled=True, manager=manager, workers=tuple(workers))
 
 
 def _check_quotas(settings: Settings) -> None:
