@@ -13,7 +13,8 @@
 #
 # so a second run builds nothing. At the end the script prints the three paths
 # and writes them to $CACHE/bin.env (KUBE_APISERVER=..., ETCD=..., KUEUE=...,
-# plus the versions), which a harness can source.
+# plus the versions and KUEUE_CRD_DIR, a copy of Kueue's CRD manifests, with
+# webhook-manifests.yaml beside it), which a harness can source.
 #
 # Usage: tests/e2e/build_components.sh [apiserver] [etcd] [kueue]
 #   (no argument: all three; bin.env lists only what is built or cached)
@@ -132,11 +133,34 @@ build_kueue() { # TMPDIR VERSION
       "sigs.k8s.io/kueue/cmd/kueue@$2")
 }
 
+# kueue_manifests VERSION: copies Kueue's CRDs (config/components/crd/bases)
+# and webhook configuration manifests from the module source next to the
+# binary, once, so the harness can apply them. Sets RESULT to the CRD dir.
+kueue_manifests() {
+  local v=$1 dir="$CACHE/kueue-$1" src tmp
+  RESULT="$dir/crd"
+  if [[ -d "$RESULT" ]]; then
+    log "reusing $RESULT (cached)"
+    return 0
+  fi
+  src=$(cd "$CACHE" && "$GO" mod download -json "sigs.k8s.io/kueue@$v" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -n "$src" && -d "$src/config/components/crd/bases" ]] \
+    || die "cannot find Kueue $v source in the module cache"
+  tmp=$(mktemp -d "$dir/.crd.XXXXXX")
+  cp "$src"/config/components/crd/bases/*.yaml "$tmp/"
+  chmod 755 "$tmp" && chmod 644 "$tmp"/*.yaml
+  cp "$src/config/components/webhook/manifests.yaml" "$dir/webhook-manifests.yaml"
+  chmod 644 "$dir/webhook-manifests.yaml"
+  mv "$tmp" "$RESULT"
+  log "copied Kueue $v CRDs to $RESULT and webhooks to $dir/webhook-manifests.yaml"
+}
+
 # --- main ---------------------------------------------------------------------
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=(apiserver etcd kueue)
 
-KUBE_APISERVER="" ETCD="" KUEUE=""
+KUBE_APISERVER="" ETCD="" KUEUE="" KUEUE_CRD_DIR=""
 for c in "${want[@]}"; do
   case "$c" in
     apiserver|kube-apiserver)
@@ -147,7 +171,9 @@ for c in "${want[@]}"; do
       ETCD=$RESULT ;;
     kueue)
       build_component kueue "$KUEUE_VERSION" kueue build_kueue
-      KUEUE=$RESULT ;;
+      KUEUE=$RESULT
+      kueue_manifests "$KUEUE_VERSION"
+      KUEUE_CRD_DIR=$RESULT ;;
     *) die "unknown component '$c' (expected: apiserver, etcd, kueue)" ;;
   esac
 done
@@ -157,7 +183,7 @@ envfile="$CACHE/bin.env"
   echo "# written by tests/e2e/build_components.sh"
   [[ -z "$KUBE_APISERVER" ]] || printf 'KUBE_APISERVER=%s\nKUBE_VERSION=%s\n' "$KUBE_APISERVER" "$KUBE_VERSION"
   [[ -z "$ETCD" ]] || printf 'ETCD=%s\nETCD_VERSION=%s\n' "$ETCD" "$ETCD_VERSION"
-  [[ -z "$KUEUE" ]] || printf 'KUEUE=%s\nKUEUE_VERSION=%s\n' "$KUEUE" "$KUEUE_VERSION"
+  [[ -z "$KUEUE" ]] || printf 'KUEUE=%s\nKUEUE_VERSION=%s\nKUEUE_CRD_DIR=%s\n' "$KUEUE" "$KUEUE_VERSION" "$KUEUE_CRD_DIR"
 } > "$envfile.tmp"
 mv -f "$envfile.tmp" "$envfile"
 

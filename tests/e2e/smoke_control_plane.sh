@@ -3,7 +3,7 @@
 # kube-apiserver on 127.0.0.1 (free ports, temporary data dir, self-signed
 # certificates made with openssl), waits for /readyz, checks that an admin can
 # list namespaces with a bearer token and with a client certificate, runs
-# `kueue --help`, and stops everything. It is also the reference for the flags
+# installs Kueue's CRDs, runs `kueue --help`, and stops everything. It is also the reference for the flags
 # that work; see NOTES.md.
 #
 # Usage: tests/e2e/smoke_control_plane.sh    (KEEP=1 keeps the work directory)
@@ -20,13 +20,23 @@ log() { printf '[smoke] %s\n' "$*" >&2; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tpu-fallback-e2e.XXXXXX")
 PIDS=()
-cleanup() {
-  local rc=$? pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
+# stop_pid PID: SIGTERM, then SIGKILL if it has not exited within 20 s.
+stop_pid() {
+  local pid=$1 i
+  kill "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
   done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$? i
+  # Reverse start order: kube-apiserver before etcd, or its graceful shutdown
+  # hangs on etcd requests that can no longer succeed.
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+    stop_pid "${PIDS[i]}"
   done
   if [[ $rc -ne 0 ]]; then
     for f in "$WORK"/*.log; do
@@ -107,6 +117,7 @@ API_URL="https://127.0.0.1:$API_PORT"
   --etcd-servers "$ETCD_URL" \
   --bind-address 127.0.0.1 \
   --advertise-address 127.0.0.1 \
+  --endpoint-reconciler-type none \
   --secure-port "$API_PORT" \
   --cert-dir "$WORK/apiserver-certs" \
   --tls-cert-file "$PKI/apiserver.crt" \
@@ -140,6 +151,24 @@ curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" 
 code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$PKI/ca.crt" "$API_URL/api/v1/namespaces")
 [[ "$code" == 403 ]] || { log "anonymous list of namespaces gave HTTP $code, wanted 403"; exit 1; }
 
+# Kueue's CRDs install and become Established.
+for crd in "$KUEUE_CRD_DIR"/*.yaml; do
+  code=$(curl -sS -o "$WORK/crd-create.out" -w '%{http_code}' --cacert "$PKI/ca.crt" \
+    -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/yaml' --data-binary @"$crd" \
+    "$API_URL/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+  [[ "$code" == 201 ]] || { log "creating $(basename "$crd") gave HTTP $code:"; cat "$WORK/crd-create.out" >&2; exit 1; }
+done
+start=$SECONDS
+until curl -fsS --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" "$API_URL/apis/kueue.x-k8s.io" 2>/dev/null \
+    | grep -q '"groupVersion"'; do
+  (( SECONDS - start < 60 )) || { log "kueue.x-k8s.io API group not served after 60s"; exit 1; }
+  sleep 0.5
+done
+log "installed $(ls "$KUEUE_CRD_DIR"/*.yaml | wc -l) Kueue CRDs; kueue.x-k8s.io served after $((SECONDS - start))s"
+
 "$KUEUE" --help > "$WORK/kueue-help.log" 2>&1 || { log "kueue --help failed"; exit 1; }
 log "kueue --help: ok ($(wc -l < "$WORK/kueue-help.log") lines)"
+start=$SECONDS
+stop_pid "${PIDS[1]}"
+log "kube-apiserver stopped in $((SECONDS - start))s"
 echo "smoke: etcd + kube-apiserver $version started and answered; kueue runs"
