@@ -195,11 +195,11 @@ class _Mocks(mocks.Mocks):
             if ref_name not in self.stack_references:
                 raise KeyError(f"no mocked outputs for stack reference {ref_name!r}")
             ref = self.stack_references[ref_name]
-            return ref_name, {
-                "name": ref_name,
-                "outputs": dict(ref.get("outputs", {})),
-                "secretOutputNames": list(ref.get("secretOutputNames", [])),
-            }
+            secret_names = list(ref.get("secretOutputNames", []))
+            # As the engine does: secret outputs arrive wrapped as secrets inside the outputs map.
+            outputs = {k: rpc.wrap_rpc_secret(v) if k in secret_names else v
+                       for k, v in dict(ref.get("outputs", {})).items()}
+            return ref_name, {"name": ref_name, "outputs": outputs, "secretOutputNames": secret_names}
         if args.typ == "gcp:container/cluster:Cluster":
             state.update(endpoint=MOCK_ENDPOINT, masterAuth={"clusterCaCertificate": MOCK_CA})
             return f"projects/{state.get('project')}/locations/{state.get('location')}/clusters/{state['name']}", state
