@@ -162,16 +162,20 @@ def provisioning_request_config() -> dict[str, Any]:
     }
 
 
-def provisioning_admission_check() -> dict[str, Any]:
+def admission_check(name: str, controller: str, parameters_kind: str, parameters_name: str) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
         "kind": "AdmissionCheck",
-        "metadata": {"name": DWS_CHECK},
+        "metadata": {"name": name},
         "spec": {
-            "controllerName": "kueue.x-k8s.io/provisioning-request",
-            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": DWS_CONFIG},
+            "controllerName": controller,
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": parameters_kind, "name": parameters_name},
         },
     }
+
+
+def provisioning_admission_check() -> dict[str, Any]:
+    return admission_check(DWS_CHECK, "kueue.x-k8s.io/provisioning-request", "ProvisioningRequestConfig", DWS_CONFIG)
 
 
 def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str, Any]:
@@ -242,15 +246,7 @@ def multikueue_config(workers: list[str]) -> dict[str, Any]:
 
 
 def multikueue_admission_check() -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "AdmissionCheck",
-        "metadata": {"name": MULTIKUEUE_CHECK},
-        "spec": {
-            "controllerName": "kueue.x-k8s.io/multikueue",
-            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": MULTIKUEUE_CONFIG},
-        },
-    }
+    return admission_check(MULTIKUEUE_CHECK, "kueue.x-k8s.io/multikueue", "MultiKueueConfig", MULTIKUEUE_CONFIG)
 
 
 def kueue_pod_monitoring() -> dict[str, Any]:
