@@ -533,11 +533,13 @@ def _check_quotas(settings: Settings) -> None:
     if worker_cpu > machine.vcpus or worker_mem > Decimal(machine.memory_gib) * 2**30:
         raise _fail("queues.workerRequest", f"cpu={q.worker_request.cpu}, memory={q.worker_request.memory}",
                     f"one TPU worker runs on one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
-    head_cpu, head_mem = parse_quantity(q.head_request.cpu), parse_quantity(q.head_request.memory)
+    head_cpu, head_mem = system_pods_per_job(q)
     sys_cpu, sys_mem = parse_quantity(q.system_quota.cpu), parse_quantity(q.system_quota.memory)
     if sys_cpu < head_cpu or sys_mem < head_mem:
         raise _fail("queues.quotas.system", f"cpu={q.system_quota.cpu}, memory={q.system_quota.memory}",
-                    f"must admit one Ray head (cpu={q.head_request.cpu}, memory={q.head_request.memory})")
+                    f"must admit one Ray job's CPU pods: its head (cpu={q.head_request.cpu}, "
+                    f"memory={q.head_request.memory}) plus KubeRay's submitter and autoscaler "
+                    f"= cpu {_plain(head_cpu)}, memory {_plain(head_mem / 2**20)}Mi")
     if settings.on_demand.max_slices > 0:
         need_cpu, need_mem = worker_cpu * tpu.hosts_per_slice, worker_mem * tpu.hosts_per_slice
         quota = on_demand_quota(settings)
@@ -549,6 +551,18 @@ def _check_quotas(settings: Settings) -> None:
                 f"(cpu={q.worker_request.cpu}, memory={q.worker_request.memory}) = cpu {_plain(need_cpu)}, "
                 f"memory {_plain(need_mem / 2**30)}Gi",
             )
+
+
+# What KubeRay adds beside the Ray head on the CPU pool, as Kueue counts it (measured on Kueue 0.19.2 by the
+# end-to-end test): the submitter Job's pod (500m / 200Mi) and, for elastic jobs, the autoscaler sidecar
+# (500m / 512Mi).
+RAY_JOB_OVERHEAD = (Decimal("1"), Decimal(712 * 2**20))
+
+
+def system_pods_per_job(q: QueueSettings) -> tuple[Decimal, Decimal]:
+    """cpu and memory (bytes) one Ray job takes from the default-cpu flavor; its quota caps concurrent jobs."""
+    return (parse_quantity(q.head_request.cpu) + RAY_JOB_OVERHEAD[0],
+            parse_quantity(q.head_request.memory) + RAY_JOB_OVERHEAD[1])
 
 
 def on_demand_quota(settings: Settings) -> ResourceQuota:

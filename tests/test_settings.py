@@ -105,3 +105,12 @@ def test_worker_request_larger_than_the_tpu_host() -> None:
     with pytest.raises(ConfigError) as err:
         parse_settings({"queues": {"workerRequest": {"cpu": 200, "memory": "16Gi"}}}, "p")
     assert "queues.workerRequest" in str(err.value) and "180 vCPU" in str(err.value)
+
+
+def test_system_quota_must_hold_one_jobs_head_submitter_and_autoscaler() -> None:
+    # head 2 CPU / 4Gi + KubeRay's submitter and autoscaler 1 CPU / 712Mi (measured by the end-to-end test)
+    ok = parse_settings({"queues": {"quotas": {"system": {"cpu": 3, "memory": "4808Mi"}}}}, "p")
+    assert ok.queues.system_quota == ResourceQuota(3, "4808Mi")
+    for system in ({"cpu": "2900m", "memory": "4808Mi"}, {"cpu": 3, "memory": "4807Mi"}):
+        with pytest.raises(ConfigError, match=r"queues\.quotas\.system"):
+            parse_settings({"queues": {"quotas": {"system": system}}}, "p")

@@ -2,8 +2,9 @@
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
 // with ./staging paths, which only work inside its own repository; the
 // replace block below pins each of them to the matching published v0.x
-// release (kubernetes v1.36.3 -> staging v0.36.3). Keep them in step when
-// bumping KUBE_VERSION in ../build_components.sh.
+// release (kubernetes v1.36.3 -> staging v0.36.3). This file is the single
+// source of the kube-apiserver version for ../build_components.sh: to bump,
+// change the require and every replace, then run `go mod tidy`.
 module tpu-fallback/tests/e2e/apiserver
 
 go 1.26.0

@@ -1,5 +1,6 @@
-// Wrapper module that builds the real etcd server. Keep the version in step
-// with ETCD_VERSION in ../build_components.sh.
+// Wrapper module that builds the real etcd server. This file is the single
+// source of the etcd version for ../build_components.sh: to bump, change the
+// require below, then run `go mod tidy`.
 module tpu-fallback/tests/e2e/etcd
 
 go 1.26.0

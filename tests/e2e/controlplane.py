@@ -1,0 +1,612 @@
+"""A throw-away Kubernetes control plane with the real Kueue controller, for the end-to-end tests.
+
+    with ControlPlane() as cp:
+        cp.client.apply({...})
+
+`ControlPlane` runs `build_components.sh` (which reuses the cached binaries), then, in a temporary directory:
+etcd and kube-apiserver on 127.0.0.1 free ports, the CRDs from ../shared/crds (or $TPU_FALLBACK_CRDS),
+Kueue's own admission and conversion webhooks rewritten to `url: https://127.0.0.1:<port>/...`, and the
+Kueue controller. It is ready when Kueue's /readyz answers and a server-side dry-run create of a ResourceFlavor
+passes through Kueue's webhooks (the idea of the project's readiness gate, components/kueue.py).
+
+There is no kube-controller-manager, scheduler or kubelet: Jobs never get Pods, nothing garbage-collects, and
+namespaces never finish terminating. See tests/e2e/NOTES.md.
+
+Certificates. Kueue 0.19.2 with `internalCertManagement.enable: false` insists on a metrics certificate at the
+hard-coded path /etc/kueue/metrics/certs/tls.crt (cmd/kueue/main.go, even with metrics disabled), which a test
+must not write. So internal cert management stays on, and the harness hands Kueue's cert rotator certificates
+it accepts as they are: the Secret kueue-webhook-server-cert is pre-filled with our CA (SAN DNS:kueue-ca, valid
+beyond the rotator's 90-day look-ahead) and a serving certificate for both kueue-webhook-service.kueue-system.svc
+and IP 127.0.0.1, and the same files sit in the webhook cert dir. The rotator then only injects that same CA
+into the two webhook configurations and the five CRDs with conversion webhooks, which must exist before Kueue
+starts (it blocks until it has injected them all).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import ctypes
+import functools
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from components.manifests import readiness_probe_flavor
+from tests.e2e.kube import KubeClient, KubeError, wait_for
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO_ROOT = E2E_DIR.parent.parent
+BUILD_SCRIPT = E2E_DIR / "build_components.sh"
+DEFAULT_CRDS = REPO_ROOT.parent / "shared" / "crds"
+CRDS_ENV = "TPU_FALLBACK_CRDS"  # os.pathsep-separated directories (searched recursively for *.yaml)
+KEEP_ENV = "KEEP_E2E"
+
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
+WEBHOOK_SERVICE = "kueue-webhook-service"  # only used in the cert's DNS name, which the rotator checks
+WEBHOOK_SECRET = "kueue-webhook-server-cert"
+# The names Kueue's cert rotator patches (pkg/util/cert/cert.go):
+# "<webhookServiceName without -webhook-service>-<mutating|validating>-webhook-configuration".
+MUTATING_WEBHOOK = "kueue-mutating-webhook-configuration"
+VALIDATING_WEBHOOK = "kueue-validating-webhook-configuration"
+# CRDs Kueue's kustomize/Helm install gives a conversion webhook (config/components/crd/kustomization.yaml); the
+# cert rotator injects its CA into exactly these and fails if one lacks spec.conversion.webhook.
+CONVERSION_CRDS = (
+    "localqueues.kueue.x-k8s.io",
+    "clusterqueues.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io",
+)
+DEFAULT_FEATURE_GATES: Mapping[str, bool] = {"ElasticJobsViaWorkloadSlices": True}
+# VisibilityOnDemand (on by default) starts an API server on 0.0.0.0:8082 that wants certs under /visibility.
+BASE_FEATURE_GATES: Mapping[str, bool] = {"VisibilityOnDemand": False}
+DEFAULT_FRAMEWORKS = ("batch/job", "ray.io/rayjob")
+# Like Kueue's kustomize patch: job-type webhooks skip these namespaces.
+SYSTEM_NAMESPACES = ("kube-system", KUEUE_NAMESPACE)
+
+STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL
+# libyaml's loader parses the 4 MB of CRDs in ~0.3 s instead of ~2.8 s.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Components:
+    """The binaries and manifests from build_components.sh (its $CACHE/bin.env)."""
+
+    kube_apiserver: Path
+    etcd: Path
+    kueue: Path
+    kueue_crd_dir: Path
+    webhook_manifests: Path
+    versions: Mapping[str, str]
+
+    @classmethod
+    def from_env_file(cls, path: Path) -> Components:
+        env: dict[str, str] = {}
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                key, _, value = line.partition("=")
+                env[key.strip()] = value.strip()
+        missing = [k for k in ("KUBE_APISERVER", "ETCD", "KUEUE", "KUEUE_CRD_DIR") if not env.get(k)]
+        if missing:
+            raise RuntimeError(f"{path} lacks {', '.join(missing)}; run {BUILD_SCRIPT} with no arguments")
+        crd_dir = Path(env["KUEUE_CRD_DIR"])
+        return cls(
+            kube_apiserver=Path(env["KUBE_APISERVER"]),
+            etcd=Path(env["ETCD"]),
+            kueue=Path(env["KUEUE"]),
+            kueue_crd_dir=crd_dir,
+            webhook_manifests=crd_dir.parent / "webhook-manifests.yaml",
+            versions={k: v for k, v in env.items() if k.endswith("_VERSION")},
+        )
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TPU_FALLBACK_E2E_CACHE") or Path.home() / ".cache" / "tpu-fallback-e2e")
+
+
+def build_components() -> Components:
+    """Run build_components.sh (a no-op of ~10 ms when everything is cached) and read bin.env."""
+    proc = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{BUILD_SCRIPT} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return Components.from_env_file(cache_dir() / "bin.env")
+
+
+def crd_dirs_from_env() -> list[Path]:
+    raw = os.environ.get(CRDS_ENV)
+    if raw:
+        return [Path(p) for p in raw.split(os.pathsep) if p]
+    return [DEFAULT_CRDS]
+
+
+def load_crds(dirs: Sequence[Path]) -> list[dict[str, Any]]:
+    """Every CustomResourceDefinition in *.yaml/*.yml under the directories (recursively, sorted)."""
+    crds: list[dict[str, Any]] = []
+    for d in dirs:
+        if not d.is_dir():
+            raise FileNotFoundError(f"CRD directory {d} does not exist (set {CRDS_ENV} to override)")
+        files = sorted(p for p in d.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+        for f in files:
+            for doc in yaml.load_all(f.read_text(), Loader=_YAML_LOADER):
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    crds.append(doc)
+    if not crds:
+        raise FileNotFoundError(f"no CustomResourceDefinition found under {', '.join(map(str, dirs))}")
+    return crds
+
+
+def kueue_webhook_configurations(manifests: str, base_url: str, ca_bundle: str) -> list[dict[str, Any]]:
+    """Kueue's Mutating/ValidatingWebhookConfiguration with every service clientConfig turned into a URL.
+
+    Names get the `kueue-` prefix of a real install; failurePolicy, rules and the rest stay as they are, and
+    job-type webhooks (not on kueue.x-k8s.io) get the namespaceSelector Kueue's kustomize patch adds.
+    """
+    out: list[dict[str, Any]] = []
+    for doc in yaml.safe_load_all(manifests):
+        if not isinstance(doc, dict) or doc.get("kind") not in ("MutatingWebhookConfiguration",
+                                                                "ValidatingWebhookConfiguration"):
+            continue
+        conf = copy.deepcopy(doc)
+        conf["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
+        for hook in conf["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": base_url + path, "caBundle": ca_bundle}
+            groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+            if "kueue.x-k8s.io" not in groups:
+                hook["namespaceSelector"] = {"matchExpressions": [{
+                    "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]}
+        out.append(conf)
+    names = sorted(c["metadata"]["name"] for c in out)
+    if names != sorted([MUTATING_WEBHOOK, VALIDATING_WEBHOOK]):
+        raise RuntimeError(f"unexpected webhook configurations in Kueue's manifests: {names}")
+    return out
+
+
+def with_conversion_webhook(crd: Mapping[str, Any], base_url: str, ca_bundle: str) -> dict[str, Any]:
+    """The CRD with Kueue's conversion webhook (as Kueue's install patches it), for the CONVERSION_CRDS."""
+    out = copy.deepcopy(dict(crd))
+    if out["metadata"]["name"] in CONVERSION_CRDS:
+        out["spec"]["conversion"] = {
+            "strategy": "Webhook",
+            "webhook": {"clientConfig": {"url": f"{base_url}/convert", "caBundle": ca_bundle},
+                        "conversionReviewVersions": ["v1"]},
+        }
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL the child if the Python process dies without running __exit__ (Linux only)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            self.popen.wait()
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * lines))
+            data = f.read().decode(errors="replace")
+    except OSError as err:
+        return f"(cannot read {path}: {err})"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + CRDs + Kueue (with webhooks) on 127.0.0.1; a context manager.
+
+    Attributes after start: `client` (KubeClient with the admin token), `workdir`, `kueue_log`, `server`,
+    `ca_file`, `token`, `kubeconfig`, `kueue_config`, `components`, and `timings` (seconds per startup phase).
+    """
+
+    def __init__(
+        self,
+        crd_dirs: Sequence[Path] | None = None,
+        *,
+        feature_gates: Mapping[str, bool] | None = None,
+        frameworks: Sequence[str] = DEFAULT_FRAMEWORKS,
+        kueue_log_level: int = 2,
+        keep: bool | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.crd_dirs = list(crd_dirs) if crd_dirs is not None else crd_dirs_from_env()
+        self.feature_gates = {**BASE_FEATURE_GATES,
+                              **(DEFAULT_FEATURE_GATES if feature_gates is None else feature_gates)}
+        self.frameworks = list(frameworks)
+        self.kueue_log_level = kueue_log_level
+        self.keep = os.environ.get(KEEP_ENV) == "1" if keep is None else keep
+        self.timeout = timeout
+        self.timings: dict[str, float] = {}
+        self._procs: list[_Process] = []
+        self._workdir: Path | None = None
+        self._client: KubeClient | None = None
+        self.components: Components | None = None
+        self.token = secrets.token_hex(16)
+        self.server = ""
+        self.webhook_port = 0
+        self.health_port = 0
+
+    # --- public ----------------------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            raise RuntimeError("the control plane is not started")
+        return self._client
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise RuntimeError("the control plane is not started")
+        return self._workdir
+
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki / "ca.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig.yaml"
+
+    @property
+    def kueue_config(self) -> Path:
+        return self.workdir / "kueue-config.yaml"
+
+    @property
+    def kueue_log(self) -> Path:
+        return self.workdir / "kueue.log"
+
+    @property
+    def apiserver_log(self) -> Path:
+        return self.workdir / "apiserver.log"
+
+    @property
+    def etcd_log(self) -> Path:
+        return self.workdir / "etcd.log"
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start everything; on any failure (KeyboardInterrupt included) stop what was started and re-raise."""
+        if self._workdir is not None:
+            raise RuntimeError("already started")
+        t0 = time.monotonic()
+        try:
+            self._start()
+        except BaseException as err:
+            if not isinstance(err, KeyboardInterrupt):
+                err.add_note(f"control plane logs ({self._workdir}):\n{self.logs_tail()}")
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - t0
+
+    def stop(self) -> None:
+        """Stop Kueue, then kube-apiserver, then etcd (reverse start order), and remove the work dir."""
+        t0 = time.monotonic()
+        interrupted: KeyboardInterrupt | None = None
+        for proc in reversed(self._procs):
+            try:
+                proc.stop()
+            except KeyboardInterrupt as err:  # finish the cleanup, then re-raise
+                interrupted = err
+                proc.stop(grace=0)
+        self._procs.clear()
+        self._client = None
+        if self._workdir is not None:
+            if self.keep:
+                print(f"[controlplane] kept {self._workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+        self.timings["stop"] = time.monotonic() - t0
+        if interrupted is not None:
+            raise interrupted
+
+    def logs_tail(self, lines: int = 40) -> str:
+        """The last lines of the Kueue, kube-apiserver and etcd logs, for failure messages."""
+        if self._workdir is None:
+            return "(no work dir)"
+        parts = []
+        for log in (self.kueue_log, self.apiserver_log, self.etcd_log):
+            if log.exists():
+                parts.append(f"---- {log.name} (last {lines} lines)\n{_tail(log, lines)}")
+        return "\n".join(parts) or "(no logs yet)"
+
+    def kueue_running(self) -> bool:
+        return any(p.name == "kueue" and p.running() for p in self._procs)
+
+    # --- startup ------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        yield
+        self.timings[name] = time.monotonic() - t0
+
+    def _start(self) -> None:
+        for d in self.crd_dirs:
+            if not d.is_dir():
+                raise FileNotFoundError(f"CRD directory {d} does not exist (set {CRDS_ENV} to override)")
+        with self._phase("build_components"):
+            self.components = comps = build_components()
+        self._workdir = Path(tempfile.mkdtemp(prefix="tpu-fallback-e2e-"))
+        self.pki.mkdir()
+        with self._phase("etcd+certs"):
+            etcd_url = self._start_etcd(comps)
+            self._make_certs()
+            self._wait(lambda: _http_ok(f"{etcd_url}/health", b'"health":"true"'), 30, "etcd /health")
+        with self._phase("apiserver"):
+            self._start_apiserver(comps, etcd_url)
+            self._client = KubeClient(self.server, self.ca_file, self.token)
+            crds = load_crds(self.crd_dirs)  # while the API server starts
+            self._wait(self._apiserver_ready, self.timeout, "kube-apiserver /readyz")
+        self.webhook_port, self.health_port = free_port(), free_port()
+        base_url = f"https://127.0.0.1:{self.webhook_port}"
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        with self._phase("crds"):
+            self._install_crds(crds, base_url, ca_bundle)
+        with self._phase("kueue_objects"):
+            self._install_kueue_objects(comps, base_url, ca_bundle)
+        with self._phase("kueue"):
+            self._start_kueue(comps)
+            self._wait(lambda: _http_ok(f"http://127.0.0.1:{self.health_port}/readyz"), self.timeout,
+                       "Kueue /readyz")
+        with self._phase("webhooks"):
+            self._wait(self._webhooks_answer, self.timeout,
+                       "a dry-run ResourceFlavor create through Kueue's webhooks")
+
+    def _spawn(self, name: str, argv: list[str]) -> _Process:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
+        proc = _Process(name, popen, log)
+        self._procs.append(proc)
+        return proc
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """wait_for, but fail at once if one of the processes exits."""
+
+        def check() -> bool:
+            for proc in self._procs:
+                if not proc.running():
+                    raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} while waiting for {what}")
+            return predicate()
+
+        wait_for(check, timeout, what)
+
+    def _openssl(self, *args: str) -> None:
+        proc = subprocess.run(["openssl", *args], cwd=self.pki, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
+
+    def _make_certs(self) -> None:
+        """CA, API server and webhook serving certs, service-account key pair, static token file."""
+        days = "400"  # beyond the cert rotator's 90-day look-ahead, or it would replace our certs
+        # One CA for everything. SAN DNS:kueue-ca because Kueue's rotator verifies the CA against that name.
+        # The rotator parses ca.key as PKCS#1 ("BEGIN RSA PRIVATE KEY"), hence -traditional.
+        self._openssl("genrsa", "-traditional", "-out", "ca.key", "2048")
+        self._openssl("req", "-x509", "-key", "ca.key", "-days", days,
+                      "-subj", "/CN=tpu-fallback-e2e-ca", "-out", "ca.crt",
+                      "-addext", "basicConstraints=critical,CA:TRUE",
+                      "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+                      "-addext", "subjectAltName=DNS:kueue-ca")
+        self._serving_cert("apiserver", "kube-apiserver", days, [
+            "IP:127.0.0.1", "DNS:localhost", "IP:10.0.0.1", "DNS:kubernetes", "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc"])
+        self._serving_cert("webhook", f"{WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc", days, [
+            f"DNS:{WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc", "IP:127.0.0.1", "DNS:localhost"])
+        self._openssl("genrsa", "-out", "sa.key", "2048")
+        self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+        (self.pki / "tokens.csv").write_text(f'{self.token},e2e-admin,e2e-admin,"system:masters"\n')
+        # controller-runtime's webhook server reads tls.crt/tls.key from its cert dir.
+        certs = self.workdir / "webhook-certs"
+        certs.mkdir()
+        shutil.copy(self.pki / "webhook.crt", certs / "tls.crt")
+        shutil.copy(self.pki / "webhook.key", certs / "tls.key")
+        shutil.copy(self.pki / "ca.crt", certs / "ca.crt")
+
+    def _serving_cert(self, name: str, cn: str, days: str, sans: list[str]) -> None:
+        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+                      "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        (self.pki / f"{name}.ext").write_text(
+            f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n")
+        self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                      "-CAcreateserial", "-days", days, "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+
+    def _start_etcd(self, comps: Components) -> str:
+        client_port, peer_port = free_port(), free_port()
+        url, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        self._spawn("etcd", [
+            str(comps.etcd), "--name", "e2e", "--data-dir", str(self.workdir / "etcd-data"),
+            "--listen-client-urls", url, "--advertise-client-urls", url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"e2e={peer}", "--initial-cluster-state", "new",
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ])
+        return url
+
+    def _start_apiserver(self, comps: Components, etcd_url: str) -> None:
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.pki
+        self._spawn("apiserver", [
+            str(comps.kube_apiserver),
+            "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1",
+            "--advertise-address", "127.0.0.1",
+            "--endpoint-reconciler-type", "none",
+            "--secure-port", str(port),
+            "--cert-dir", str(self.workdir / "apiserver-certs"),
+            "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"),
+            "--token-auth-file", str(pki / "tokens.csv"),
+            "--authorization-mode", "RBAC",
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--service-account-key-file", str(pki / "sa.pub"),
+        ])
+
+    def _apiserver_ready(self) -> bool:
+        try:
+            return bool(self.client.request("GET", "/readyz", timeout=5) == "ok")
+        except KubeError:
+            return False
+
+    def _install_crds(self, loaded: list[dict[str, Any]], base_url: str, ca_bundle: str) -> None:
+        crds = [with_conversion_webhook(c, base_url, ca_bundle) for c in loaded]
+        names = {c["metadata"]["name"] for c in crds}
+        missing = [n for n in CONVERSION_CRDS if n not in names]
+        if missing:
+            # Kueue's cert rotator would wait forever to inject its CA into them.
+            raise RuntimeError(f"Kueue needs these CRDs, not found in {self.crd_dirs}: {missing}")
+        client = self.client
+        for crd in crds:
+            client.apply(crd)
+
+        def established(crd: Mapping[str, Any]) -> bool:
+            got = client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"])
+            conds = (got or {}).get("status", {}).get("conditions", [])
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+        for crd in crds:
+            wait_for(functools.partial(established, crd), 60, f"CRD {crd['metadata']['name']} Established")
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                if version.get("served"):
+                    gv = f"{group}/{version['name']}"
+                    wait_for(functools.partial(client.serves, gv, kind), 60, f"discovery of {kind} in {gv}")
+
+    def _install_kueue_objects(self, comps: Components, base_url: str, ca_bundle: str) -> None:
+        client = self.client
+        client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+        pki = self.pki
+        data = {"ca.crt": pki / "ca.crt", "ca.key": pki / "ca.key",
+                "tls.crt": pki / "webhook.crt", "tls.key": pki / "webhook.key"}
+        client.apply({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE},
+            "data": {k: base64.b64encode(p.read_bytes()).decode() for k, p in data.items()},
+        })
+        if not comps.webhook_manifests.is_file():
+            raise FileNotFoundError(f"{comps.webhook_manifests} missing; remove {comps.kueue_crd_dir} and run "
+                                    f"{BUILD_SCRIPT} to copy Kueue's manifests again")
+        for conf in kueue_webhook_configurations(comps.webhook_manifests.read_text(), base_url, ca_bundle):
+            client.apply(conf)
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.server,
+                                                     "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "e2e-admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e-admin"}}],
+        }))
+        self.kueue_config.write_text(yaml.safe_dump(self.kueue_configuration(), sort_keys=False))
+
+    def kueue_configuration(self) -> dict[str, Any]:
+        """The Configuration file Kueue runs with (gates in the file: Kueue refuses them in both places)."""
+        return {
+            "apiVersion": KUEUE_CONFIG_API,
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"host": "127.0.0.1", "port": self.webhook_port,
+                        "certDir": str(self.workdir / "webhook-certs")},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
+                                       "webhookSecretName": WEBHOOK_SECRET},
+            "manageJobsWithoutQueueName": False,
+            "integrations": {"frameworks": list(self.frameworks)},
+            "featureGates": dict(self.feature_gates),
+        }
+
+    def _start_kueue(self, comps: Components) -> None:
+        self._spawn("kueue", [
+            str(comps.kueue), "--config", str(self.kueue_config), "--kubeconfig", str(self.kubeconfig),
+            f"--zap-log-level={self.kueue_log_level}",
+        ])
+
+    def _webhooks_answer(self) -> bool:
+        try:
+            self.client.create(readiness_probe_flavor(), dry_run=True)
+        except KubeError:
+            return False
+        return True
+
+
+def _http_ok(url: str, expect: bytes | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            body: bytes = resp.read()
+    except (urllib.error.URLError, OSError):
+        return False
+    return expect is None or expect in body
+
+
+def dump(obj: Any) -> str:
+    """Pretty JSON of an object, for assertion messages."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)
