@@ -63,7 +63,7 @@ def gcp_resources(run: ProgramRun) -> list[Any]:
 @pytest.mark.parametrize("stack", ["dev", "prod", "global"])
 def test_every_gcp_argument_exists_in_the_sdk(stack: str) -> None:
     run = infra(stack)
-    problems = []
+    problems: list[str] = []
     for resource in gcp_resources(run):
         cls = args_class(resource.type)
         module = importlib.import_module(cls.__module__.rsplit(".", 1)[0] + "._inputs")
