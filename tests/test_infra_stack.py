@@ -243,3 +243,12 @@ def test_offline_plan_reports_a_bad_stack(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert 'configuration error: tpu.topology "3x3" is invalid' in result.stderr
     assert "0 resources were registered" in result.stderr
+
+
+def test_offline_plan_output_is_stable() -> None:
+    """Registration order depends on threads; the rendered YAML and summary must not (reviewers diff them)."""
+    from tools.plan import kubernetes_yaml, summary
+
+    first, second = (run_program(REPO_ROOT, "global") for _ in range(2))
+    assert kubernetes_yaml(first) == kubernetes_yaml(second)
+    assert summary(first) == summary(second)

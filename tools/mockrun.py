@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import runpy
 import sys
 import threading
@@ -106,15 +107,31 @@ class ProgramRun:
         return out
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
-        """Every Kubernetes object the program creates, as it would be applied (Helm releases excluded)."""
-        objects = []
-        for r in self.resources:
-            if not r.type.startswith("kubernetes:") or r.type.startswith("pulumi:providers:"):
-                continue
-            if r.type.startswith("kubernetes:helm.sh/"):
-                continue
-            objects.append(kubernetes_manifest(r))
-        return objects
+        """Every Kubernetes object the program creates (Helm releases excluded), in a stable order that
+        can be applied as is: by kind as dependencies require, then namespace, then name (numbers counted)."""
+        objects = [kubernetes_manifest(r) for r in self.resources
+                   if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/")]
+        return sorted(objects, key=apply_order)
+
+
+_KIND_ORDER = {kind: rank for rank, kinds in enumerate([
+    ("Namespace",),
+    ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Secret"),
+    ("Job",),
+    ("ResourceFlavor", "ProvisioningRequestConfig", "MultiKueueCluster"),
+    ("MultiKueueConfig",),
+    ("AdmissionCheck",),
+    ("ClusterQueue",),
+    ("LocalQueue", "PodMonitoring"),
+    ("RayJob",),
+]) for kind in kinds}
+
+
+def apply_order(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    natural = tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name))
+    return (_KIND_ORDER.get(str(obj.get("kind")), len(_KIND_ORDER)), str(meta.get("namespace", "")), natural)
 
 
 def _whole_numbers(value: Any) -> Any:
@@ -134,7 +151,9 @@ def kubernetes_manifest(resource: RecordedResource) -> dict[str, Any]:
         _, group_version, kind = resource.type.split(":")
         group, version = group_version.rsplit("/", 1)
         manifest = {"apiVersion": version if group == "core" else f"{group}/{version}", "kind": kind, **manifest}
-    return manifest
+    # apiVersion, kind, metadata first, as kubectl writes them.
+    head: dict[str, Any] = {k: manifest[k] for k in ("apiVersion", "kind", "metadata") if k in manifest}
+    return {**head, **{k: v for k, v in manifest.items() if k not in head}}
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from tools.mockrun import (
     SECRET_PLACEHOLDER,
     ProgramRun,
     RecordedResource,
+    apply_order,
     infra_references,
     kubernetes_manifest,
     run_program,
@@ -64,12 +65,24 @@ def _short(urn: str) -> str:
     return urn.split("::")[-1]
 
 
+def _kubernetes_resources(run: ProgramRun) -> list[RecordedResource]:
+    """Kubernetes objects in apply order; the logical name breaks ties between clusters of one stack."""
+    found = [r for r in run.resources
+             if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/")]
+    return sorted(found, key=lambda r: (apply_order(kubernetes_manifest(r)), r.name))
+
+
+def _target(resource: RecordedResource) -> str:
+    """The Kubernetes provider (so the cluster) an object is applied with: `<urn>::<id>` -> its logical name."""
+    return resource.provider.split("::")[-2] if resource.provider else "default provider"
+
+
 def kubernetes_yaml(run: ProgramRun) -> str:
-    masked = []
-    for resource in run.resources:
-        if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
-            masked.append(_mask(kubernetes_manifest(resource), resource.secret_inputs))
-    return yaml.safe_dump_all(masked, sort_keys=False)
+    documents = [
+        f"# cluster: {_target(r)}\n" + yaml.safe_dump(_mask(kubernetes_manifest(r), r.secret_inputs), sort_keys=False)
+        for r in _kubernetes_resources(run)
+    ]
+    return "---\n".join(documents)
 
 
 def summary(run: ProgramRun) -> str:
@@ -80,9 +93,10 @@ def summary(run: ProgramRun) -> str:
         "Values computed by the cloud (endpoints, emails, ids) are placeholders.",
         "",
     ]
-    cloud = [r for r in run.resources if r.custom and not r.type.startswith("kubernetes:")]
-    helm = [r for r in run.resources if r.type.startswith("kubernetes:helm.sh/")]
-    kube = [r for r in run.resources if r.type.startswith("kubernetes:") and r not in helm]
+    cloud = sorted((r for r in run.resources if r.custom and not r.type.startswith("kubernetes:")),
+                   key=lambda r: (r.type, r.name))
+    helm = sorted((r for r in run.resources if r.type.startswith("kubernetes:helm.sh/")), key=lambda r: r.name)
+    kube = _kubernetes_resources(run)
     lines.append(f"## Cloud resources ({len(cloud)})")
     for resource in cloud:
         lines.extend(_describe(resource))
@@ -96,7 +110,7 @@ def summary(run: ProgramRun) -> str:
         where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
         kind = manifest.get("kind") or resource.type.split(":")[-1]
         deps = ", ".join(sorted(_short(d) for d in resource.dependencies)) or "-"
-        lines.append(f"- {kind} {where}{meta.get('name', resource.name)}  (waits for: {deps})")
+        lines.append(f"- {kind} {where}{meta.get('name', resource.name)}  [{_target(resource)}]  (waits for: {deps})")
     lines.append("")
     lines.append("## Stack outputs")
     for name in sorted(run.outputs):

@@ -45,10 +45,7 @@ def render_jobs(infra: ProgramRun, case: Case, count: int, name: str = "rayjob-t
     jobs = [{"name": name, "count": count, "queue": f"{case.namespace}/user-queue",
              "elastic": {"minReplicas": 1, "maxReplicas": 2}}]
     run = run_program(REPO_ROOT / "jobs", "dev", {"jobs": jobs}, stack_references=refs)
-    # The ConfigMap first, then the jobs in the tutorial's order (<name>-1, <name>-2, ...).
-    return sorted(run.kubernetes_objects(),
-                  key=lambda o: (o["kind"] == "RayJob", int(o["metadata"]["name"].rsplit("-", 1)[-1])
-                                 if o["kind"] == "RayJob" else 0))
+    return run.kubernetes_objects()  # the ConfigMap, then <name>-1, <name>-2, ... as the tutorial submits them
 
 
 def apply_infra(client: KubeClient, infra: ProgramRun) -> None:
