@@ -29,7 +29,3 @@ def parse_quantity(value: object) -> Decimal:
     except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
         raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
 
-
-def gib(amount: int) -> str:
-    """A memory quantity string for a whole number of GiB."""
-    return f"{amount}Gi"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -45,5 +45,3 @@ def crdcheck(objects: list[dict[str, Any]], tmp_path: Path) -> subprocess.Comple
         pytest.skip(f"{CRDCHECK} not present")
     return schemacheck.crdcheck(objects)
 
-
-Finder = Callable[[str], list[dict[str, Any]]]

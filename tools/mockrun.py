@@ -15,7 +15,7 @@ import re
 import runpy
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,12 +68,6 @@ class ProgramRun:
 
     def by_urn(self, urn: str) -> RecordedResource | None:
         return next((r for r in self.resources if r.urn == urn), None)
-
-    def ancestors(self, resource: RecordedResource) -> Iterator[RecordedResource]:
-        parent = self.by_urn(resource.parent)
-        while parent is not None:
-            yield parent
-            parent = self.by_urn(parent.parent)
 
     def depends_on(self, resource: RecordedResource, other: RecordedResource) -> bool:
         """True if `resource` waits for `other`, directly or transitively.
