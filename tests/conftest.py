@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tools import schemacheck
 from tools.mockrun import REPO_ROOT, ProgramRun, run_program
-
-SHARED = Path(os.environ.get("TPU_FALLBACK_SHARED", REPO_ROOT.parent / "shared"))
-CRDCHECK = SHARED / "tools" / "crdcheck.py"
 
 
 def _freeze(overrides: Mapping[str, Any] | None) -> str:
@@ -37,11 +33,9 @@ def dev() -> ProgramRun:
     return infra("dev")
 
 
-def crdcheck(objects: list[dict[str, Any]], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def crdcheck(objects: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
     """Validate objects with ../shared/tools/crdcheck.py (kinds without a shared schema set aside); skip without it."""
-    from tools import schemacheck
-
-    if not CRDCHECK.exists():
-        pytest.skip(f"{CRDCHECK} not present")
+    if not schemacheck.CRDCHECK.exists():
+        pytest.skip(f"{schemacheck.CRDCHECK} not present")
     return schemacheck.crdcheck(objects)
 

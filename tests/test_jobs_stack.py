@@ -79,8 +79,8 @@ def test_training_environment_comes_from_the_infra_outputs(dev_jobs: ProgramRun)
     assert {k: head_env[k] for k in ENV_KEYS} == dict(zip(ENV_KEYS, ("4", "4", "4x4", "TPU-V6E"), strict=True))
 
 
-def test_rayjobs_pass_the_crd_schemas(dev_jobs: ProgramRun, tmp_path: Path) -> None:
-    result = crdcheck(dev_jobs.kubernetes_objects(), tmp_path)
+def test_rayjobs_pass_the_crd_schemas(dev_jobs: ProgramRun) -> None:
+    result = crdcheck(dev_jobs.kubernetes_objects())
     assert result.returncode == 0, result.stdout + result.stderr
 
 

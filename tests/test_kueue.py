@@ -61,8 +61,8 @@ def test_flavor_order_and_covered_resources(dev: ProgramRun) -> None:
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_every_object_passes_the_crd_schemas(stack: str, tmp_path: Path) -> None:
-    result = crdcheck(infra(stack).kubernetes_objects(), tmp_path)
+def test_every_object_passes_the_crd_schemas(stack: str) -> None:
+    result = crdcheck(infra(stack).kubernetes_objects())
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -223,5 +223,5 @@ def test_offline_plan_yaml_of_prod_is_valid(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     assert {o["kind"] for o in objects} >= set(KUEUE_KINDS) | {"Namespace", "Job"}
-    check = crdcheck(objects, tmp_path)
+    check = crdcheck(objects)
     assert check.returncode == 0, check.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,8 +159,8 @@ def test_kueue_metrics_on_every_cluster(glob: ProgramRun) -> None:
     assert not objects_of(infra("dev"), "PodMonitoring")  # off by default: the dev stack stays the tutorial
 
 
-def test_every_object_passes_the_crd_schemas(glob: ProgramRun, tmp_path: Path) -> None:
-    result = crdcheck(glob.kubernetes_objects(), tmp_path)
+def test_every_object_passes_the_crd_schemas(glob: ProgramRun) -> None:
+    result = crdcheck(glob.kubernetes_objects())
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -128,19 +128,19 @@ def apply_order(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     return (_KIND_ORDER.get(str(obj.get("kind")), len(_KIND_ORDER)), str(meta.get("namespace", "")), natural)
 
 
-def _whole_numbers(value: Any) -> Any:
+def whole_numbers(value: Any) -> Any:
     """The mock runtime hands every number over as a float; the provider turns them back by schema."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _whole_numbers(v) for k, v in value.items()}
+        return {k: whole_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
+        return [whole_numbers(v) for v in value]
     return value
 
 
 def kubernetes_manifest(resource: RecordedResource) -> dict[str, Any]:
-    manifest = {k: _whole_numbers(v) for k, v in resource.inputs.items() if not k.startswith("__")}
+    manifest = {k: whole_numbers(v) for k, v in resource.inputs.items() if not k.startswith("__")}
     if "apiVersion" not in manifest:  # typed resources carry apiVersion/kind in their type token
         _, group_version, kind = resource.type.split(":")
         group, version = group_version.rsplit("/", 1)

@@ -30,6 +30,7 @@ from tools.mockrun import (
     infra_references,
     kubernetes_manifest,
     run_program,
+    whole_numbers,
 )
 
 DEFAULT_OUT = REPO_ROOT / "build" / "plan"
@@ -56,8 +57,6 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for i, v in enumerate(value):
             rows.extend(_flatten(v, f"{prefix}[{i}]"))
         return rows
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # the mock runtime hands integers over as floats
     return [(prefix, value)]
 
 
@@ -129,7 +128,7 @@ def _describe(resource: RecordedResource) -> list[str]:
         flags.append("protect")
     head = f"### {resource.type}  {resource.name}" + (f"  [{', '.join(flags)}]" if flags else "")
     rows = [head]
-    inputs = _mask(resource.inputs, resource.secret_inputs)
+    inputs = _mask(whole_numbers(resource.inputs), resource.secret_inputs)
     for key, value in _flatten(inputs):
         if key == "name" and value == resource.name:
             continue

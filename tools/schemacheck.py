@@ -20,6 +20,7 @@ import yaml
 from tools.mockrun import REPO_ROOT
 
 SHARED = Path(os.environ.get("TPU_FALLBACK_SHARED", REPO_ROOT.parent / "shared"))
+CRDCHECK = SHARED / "tools" / "crdcheck.py"
 NO_SHARED_SCHEMA = {("monitoring.googleapis.com/v1", "PodMonitoring")}
 
 
@@ -33,15 +34,15 @@ def crdcheck(objects: list[dict[str, Any]], *extra: str) -> subprocess.Completed
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump_all(checkable, handle, sort_keys=False)
     try:
-        return subprocess.run([sys.executable, str(SHARED / "tools" / "crdcheck.py"), *extra, handle.name],
+        return subprocess.run([sys.executable, str(CRDCHECK), *extra, handle.name],
                               capture_output=True, text=True, check=False)
     finally:
         Path(handle.name).unlink()
 
 
 def main(argv: list[str]) -> int:
-    if not (SHARED / "tools" / "crdcheck.py").exists():
-        print(f"schema check skipped: {SHARED}/tools/crdcheck.py not found")
+    if not CRDCHECK.exists():
+        print(f"schema check skipped: {CRDCHECK} not found")
         return 0
     objects: list[dict[str, Any]] = []
     for path in argv:
