@@ -1,13 +1,8 @@
-"""tpu-fallback-jobs: submit RayJobs to the queues of a tpu-fallback infrastructure stack."""
+"""tpu-fallback-jobs: submit RayJobs to the queues of a tpu-fallback infrastructure stack.
 
-import sys
-from pathlib import Path
+The program lives in tpu_fallback.programs.jobs.
+"""
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # share the project's code, no copies
+from tpu_fallback.programs import jobs
 
-import pulumi
-
-from components.jobs_stack import submit_jobs
-
-for name, value in submit_jobs().items():
-    pulumi.export(name, value)
+jobs.main()

@@ -1,4 +1,4 @@
-"""Shared fixtures: stacks evaluated under Pulumi's mock runtime (tools/mockrun.py)."""
+"""Shared fixtures: stacks evaluated under Pulumi's mock runtime (tpu_fallback/offline/mockrun.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tools import schemacheck
-from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
 
 def _freeze(overrides: Mapping[str, Any] | None) -> str:

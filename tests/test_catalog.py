@@ -1,4 +1,4 @@
-"""The TPU catalog against DESIGN.md §4: every family and topology, and what each implies."""
+"""The TPU catalog against GKE's TPU documentation: every family and topology, and what each implies."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from components import catalog
-from components.capacity import flavor_node_labels, pool_layout, tpu_chips
+from tpu_fallback.model import catalog
+from tpu_fallback.model.capacity import flavor_node_labels, pool_layout, tpu_chips
 
-# (family, topology, machine type or None, expected machine type, chips/VM, multi-host) - from DESIGN.md's table.
+# (family, topology, machine type or None, expected machine type, chips/VM, multi-host) - from GKE's TPU tables.
 TABLE = [
     ("v6e", "1x1", None, "ct6e-standard-1t", 1, False),
     ("v6e", "2x2", None, "ct6e-standard-4t", 4, False),

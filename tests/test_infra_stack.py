@@ -1,4 +1,4 @@
-"""The infrastructure program under Pulumi's mock runtime, running the real __main__.py (DESIGN.md §6)."""
+"""The infrastructure program under Pulumi's mock runtime, running the real __main__.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import infra
-from tools.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -211,7 +211,7 @@ def test_prod_is_hardened() -> None:
     ({"gcp:project": None}, "gcp:project"),
 ])
 def test_bad_config_registers_nothing(overrides: dict[str, Any], fragment: str) -> None:
-    from components.settings import ConfigError
+    from tpu_fallback.model.validation import ConfigError
 
     run = run_program(REPO_ROOT, "dev", overrides, raise_errors=False)
     assert isinstance(run.error, ConfigError)
@@ -221,8 +221,8 @@ def test_bad_config_registers_nothing(overrides: dict[str, Any], fragment: str) 
 
 def test_offline_plan_renders_the_dev_stack(tmp_path: Path) -> None:
     out = tmp_path / "plan"
-    result = subprocess.run([sys.executable, "-m", "tools.plan", "dev", "--out", str(out)], cwd=REPO_ROOT,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "dev", "--out", str(out)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "not a diff against live state" in result.stdout
     text = (out / "summary.md").read_text()
@@ -238,8 +238,9 @@ def test_offline_plan_reports_a_bad_stack(tmp_path: Path) -> None:
     (project / "__main__.py").write_text((REPO_ROOT / "__main__.py").read_text())
     (project / "Pulumi.bad.yaml").write_text(
         "config:\n  gcp:project: p\n  tpu-fallback:tpu:\n    type: v6e\n    topology: 3x3\n")
-    result = subprocess.run([sys.executable, "-m", "tools.plan", "bad", "--project", str(project), "--out",
-                             str(tmp_path / "out")], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "bad", "--project", str(project),
+                             "--out", str(tmp_path / "out")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert 'configuration error: tpu.topology "3x3" is invalid' in result.stderr
     assert "0 resources were registered" in result.stderr
@@ -247,7 +248,7 @@ def test_offline_plan_reports_a_bad_stack(tmp_path: Path) -> None:
 
 def test_offline_plan_output_is_stable() -> None:
     """Registration order depends on threads; the rendered YAML and summary must not (reviewers diff them)."""
-    from tools.plan import kubernetes_yaml, summary
+    from tpu_fallback.offline.plan import kubernetes_yaml, summary
 
     first, second = (run_program(REPO_ROOT, "global") for _ in range(2))
     assert kubernetes_yaml(first) == kubernetes_yaml(second)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.rayjob import JobConfigError
 from tests.conftest import crdcheck, infra
-from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
 JOBS = REPO_ROOT / "jobs"
 INFRA_STACK = "organization/tpu-fallback/dev"
@@ -66,7 +66,7 @@ def test_dev_jobs_are_the_tutorials_rayjobs(dev_jobs: ProgramRun) -> None:
 def test_script_configmap_holds_train_py(dev_jobs: ProgramRun) -> None:
     configmap = next(o for o in dev_jobs.kubernetes_objects() if o["kind"] == "ConfigMap")
     assert configmap["metadata"] == {"name": "jax-train-script", "namespace": "default"}
-    assert configmap["data"]["train.py"] == (REPO_ROOT / "manifests" / "train.py").read_text()
+    assert configmap["data"]["train.py"] == (REPO_ROOT / "tpu_fallback" / "training" / "train.py").read_text()
     configmap_resource = dev_jobs.one("kubernetes:core/v1:ConfigMap")
     for job in dev_jobs.of_type("kubernetes:ray.io/v1:RayJob"):
         assert dev_jobs.depends_on(job, configmap_resource)
@@ -142,7 +142,7 @@ def test_two_slices_per_job() -> None:
 ])
 def test_jobs_the_infra_cannot_run_are_clear_errors(jobs: list[dict[str, Any]], fragments: list[str]) -> None:
     run = jobs_run(overrides={"jobs": jobs}, raise_errors=False)
-    assert isinstance(run.error, JobConfigError), run.error
+    assert isinstance(run.error, ConfigError), run.error
     for fragment in fragments:
         assert fragment in str(run.error)
     assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]  # nothing created
@@ -158,7 +158,7 @@ def test_jobs_the_infra_cannot_run_are_clear_errors(jobs: list[dict[str, Any]], 
 def test_bad_jobs_config_fails_before_anything_is_registered(jobs: list[dict[str, Any]],
                                                               fragments: list[str]) -> None:
     run = jobs_run(overrides={"jobs": jobs}, raise_errors=False)
-    assert isinstance(run.error, JobConfigError), run.error
+    assert isinstance(run.error, ConfigError), run.error
     for fragment in fragments:
         assert fragment in str(run.error)
     assert run.resources == []
@@ -169,7 +169,7 @@ def test_missing_infra_output_names_the_output_and_the_stack(missing: str) -> No
     refs = infra_outputs()
     del refs[INFRA_STACK]["outputs"][missing]
     run = jobs_run(references=refs, raise_errors=False)
-    assert isinstance(run.error, JobConfigError), run.error
+    assert isinstance(run.error, ConfigError), run.error
     assert f"infra stack {INFRA_STACK!r} has no output {missing!r}" in str(run.error)
     assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]
 
@@ -181,8 +181,8 @@ def test_offline_plan_works_for_the_jobs_project(tmp_path: Path) -> None:
 
     refs = tmp_path / "infra-outputs.json"
     refs.write_text(json.dumps(infra_outputs()))
-    result = subprocess.run([sys.executable, "-m", "tools.plan", "dev", "--project", "jobs", "--stack-outputs",
-                             str(refs), "--quiet", "--out", str(tmp_path / "out")],
+    result = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "dev", "--project", "jobs",
+                             "--stack-outputs", str(refs), "--quiet", "--out", str(tmp_path / "out")],
                             cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "out" / "kubernetes.yaml").read_text()))

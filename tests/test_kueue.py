@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components import manifests
-from components.quantity import parse_quantity
-from components.settings import ConfigError, parse_settings
 from tests.conftest import crdcheck, infra
-from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.model.quantity import parse_quantity
+from tpu_fallback.model.queues import queue_plan
+from tpu_fallback.model.settings import parse_settings
+from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.render import kueue as manifests
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -209,7 +211,7 @@ def test_bad_queue_config_is_a_clear_error_and_registers_nothing(overrides: dict
 
 
 def test_on_flavors_must_name_a_flavor_of_the_queue() -> None:
-    plan = manifests.queue_plan(parse_settings({"flexStart": {"enabled": False}}, "p"))
+    plan = queue_plan(parse_settings({"flexStart": {"enabled": False}}, "p"))
     with pytest.raises(ValueError, match=r"dws-prov refers to missing flavor\(s\) \['dws'\]"):
         manifests.cluster_queue(plan, [{"name": "dws-prov", "onFlavors": ["dws"]}])
 
@@ -218,8 +220,8 @@ def test_offline_plan_yaml_of_prod_is_valid(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "tools.plan", "prod", "--quiet", "--out", str(tmp_path)],
-                            cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    plan = [sys.executable, "-m", "tpu_fallback.offline.plan", "prod", "--quiet", "--out", str(tmp_path)]
+    result = subprocess.run(plan, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     assert {o["kind"] for o in objects} >= set(KUEUE_KINDS) | {"Namespace", "Job"}

@@ -8,10 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.rayjob import JobConfigError
-from components.settings import ConfigError
 from tests.conftest import crdcheck, infra
-from tools.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
+from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -24,7 +23,7 @@ def glob() -> ProgramRun:
 
 
 def objects_of(run: ProgramRun, kind: str) -> list[tuple[RecordedResource, dict[str, Any]]]:
-    from tools.mockrun import kubernetes_manifest
+    from tpu_fallback.offline.mockrun import kubernetes_manifest
 
     return [(r, kubernetes_manifest(r)) for r in run.resources
             if r.type.startswith("kubernetes:") and r.type.endswith(f":{kind}")]
@@ -214,5 +213,5 @@ def test_jobs_stack_submits_to_the_manager_and_refuses_elastic_jobs(glob: Progra
     provider = run.one("pulumi:providers:kubernetes")
     assert "tpu-global-manager" in provider.inputs["kubeconfig"]
     refused = run_program(REPO_ROOT / "jobs", "dev", stack_references=refs, raise_errors=False)  # dev jobs are elastic
-    assert isinstance(refused.error, JobConfigError)
+    assert isinstance(refused.error, ConfigError)
     assert "MultiKueue" in str(refused.error) and "jobs[0].elastic" in str(refused.error)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import infra
-from tools.mockrun import ProgramRun
+from tpu_fallback.offline.mockrun import ProgramRun
 
 _ARGS_NAME = re.compile(r"'(\w+Args)'")
 

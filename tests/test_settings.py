@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from components.settings import ConfigError, ResourceQuota, parse_settings
+from tpu_fallback.model.quantity import Resources
+from tpu_fallback.model.settings import parse_settings
+from tpu_fallback.model.validation import ConfigError
 
 
 def test_defaults_are_the_tutorial() -> None:
@@ -85,14 +87,12 @@ def test_partial_objects_keep_defaults() -> None:
 
 
 def test_on_demand_quota_defaults_to_the_tutorial_and_scales_with_plan_a() -> None:
-    from components.settings import on_demand_quota
-
-    assert on_demand_quota(parse_settings({}, "p")) == ResourceQuota(40, "75Gi")
-    assert on_demand_quota(parse_settings({"onDemand": {"maxSlices": 2}}, "p")) == ResourceQuota(80, "150Gi")
+    assert parse_settings({}, "p").on_demand_quota == Resources(40, "75Gi")
+    assert parse_settings({"onDemand": {"maxSlices": 2}}, "p").on_demand_quota == Resources(80, "150Gi")
     # 2 hosts x 18.75Gi is not a whole number of Gi, so it is written in Mi.
-    assert on_demand_quota(parse_settings({"tpu": {"topology": "2x4"}}, "p")) == ResourceQuota(20, "38400Mi")
+    assert parse_settings({"tpu": {"topology": "2x4"}}, "p").on_demand_quota == Resources(20, "38400Mi")
     configured = parse_settings({"queues": {"quotas": {"onDemand": {"cpu": 64, "memory": "128Gi"}}}}, "p")
-    assert on_demand_quota(configured) == ResourceQuota(64, "128Gi")
+    assert configured.on_demand_quota == Resources(64, "128Gi")
 
 
 def test_configured_on_demand_quota_too_small_for_one_slice() -> None:
@@ -110,7 +110,7 @@ def test_worker_request_larger_than_the_tpu_host() -> None:
 def test_system_quota_must_hold_one_jobs_head_submitter_and_autoscaler() -> None:
     # head 2 CPU / 4Gi + KubeRay's submitter and autoscaler 1 CPU / 712Mi (measured by the end-to-end test)
     ok = parse_settings({"queues": {"quotas": {"system": {"cpu": 3, "memory": "4808Mi"}}}}, "p")
-    assert ok.queues.system_quota == ResourceQuota(3, "4808Mi")
+    assert ok.queues.system_quota == Resources(3, "4808Mi")
     for system in ({"cpu": "2900m", "memory": "4808Mi"}, {"cpu": 3, "memory": "4807Mi"}):
         with pytest.raises(ConfigError, match=r"queues\.quotas\.system"):
             parse_settings({"queues": {"quotas": {"system": system}}}, "p")

@@ -1,6 +1,6 @@
-"""manifests/train.py: the local CPU run really trains, and cluster mode's env parsing and Ray wiring are right.
+"""training/train.py: the local CPU run really trains, and cluster mode's env parsing and Ray wiring are right.
 
-manifests/ is not a package (train.py is mounted alone from a ConfigMap), so the module is loaded by path.
+train.py imports nothing from the package (it is mounted alone from a ConfigMap), so it is loaded by path, as a script.
 Nothing here needs Ray; the local training run needs jax (requirements-train.txt).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-TRAIN_PY = Path(__file__).resolve().parent.parent / "manifests" / "train.py"
+TRAIN_PY = Path(__file__).resolve().parent.parent / "tpu_fallback" / "training" / "train.py"
 
 GOOD_ENV = {
     "TPU_FALLBACK_NUM_WORKERS": "8",

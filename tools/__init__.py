@@ -1,1 +1,1 @@
-"""Developer and reviewer tools: the mock runtime harness and the offline plan."""
+"""Developer tools run from the repository root: python -m tools.<name>."""

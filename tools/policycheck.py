@@ -1,6 +1,6 @@
-"""Offline policy check: the CrossGuard pack's rules (policy/tpu_policies.py) over the offline plan.
+"""Offline policy check: the CrossGuard pack's rules (tpu_fallback/policy/checks.py) over the offline plan.
 
-Evaluates a stack under Pulumi's mock runtime (tools/mockrun.py), exactly like the offline plan, and
+Evaluates a stack under Pulumi's mock runtime (tpu_fallback/offline/mockrun.py), exactly like the offline plan, and
 runs every policy of the pack over what it registered: resource policies over each resource's inputs
 and options, stack policies over all of them plus the stack outputs. No Pulumi CLI, no credentials.
 The real pack (`pulumi preview --policy-pack policy`) sees the same rules, on the engine's values.
@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from policy.tpu_policies import STACK, Context, Resource, Violation, evaluate
-from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.policy.checks import STACK, Context, Resource, Violation, evaluate
 
 
 def policy_resources(run: ProgramRun) -> list[Resource]:
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    # As in tools/plan.py: skip the interpreter's teardown of the mock monitor's never-closed loops.
+    # As the offline plan does: skip the interpreter's teardown of the mock monitor's never-closed loops.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

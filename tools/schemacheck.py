@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tools.mockrun import REPO_ROOT
+from tpu_fallback.offline.mockrun import REPO_ROOT
 
 SHARED = Path(os.environ.get("TPU_FALLBACK_SHARED", REPO_ROOT.parent / "shared"))
 CRDCHECK = SHARED / "tools" / "crdcheck.py"

@@ -7,7 +7,7 @@
 etcd and kube-apiserver on 127.0.0.1 free ports, the CRDs from ../shared/crds (or $TPU_FALLBACK_CRDS),
 Kueue's own admission and conversion webhooks rewritten to `url: https://127.0.0.1:<port>/...`, and the
 Kueue controller. It is ready when Kueue's /readyz answers and a server-side dry-run create of a ResourceFlavor
-passes through Kueue's webhooks (the idea of the project's readiness gate, components/kueue.py).
+passes through Kueue's webhooks (the idea of the project's readiness gate, tpu_fallback/components/kueue.py).
 
 There is no kube-controller-manager, scheduler or kubelet: Jobs never get Pods, nothing garbage-collects, and
 namespaces never finish terminating. See tests/e2e/NOTES.md.
@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from components.manifests import readiness_probe_flavor
+from tpu_fallback.render.kueue import readiness_probe_flavor
 from tests.e2e.kube import KubeClient, KubeError, wait_for
 
 E2E_DIR = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.e2e.kube import KubeClient
-from tools.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
 INFRA_STACK = "organization/tpu-fallback/dev"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"

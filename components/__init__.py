@@ -1,1 +1,0 @@
-"""tpu-fallback: Pulumi components and the pure logic they are built from."""

@@ -1,1 +1,0 @@
-"""tpu-fallback's CrossGuard policy pack: plain checks (tpu_policies) and their pulumi-policy wrappers (pack)."""

@@ -1,0 +1,73 @@
+"""The package's layers hold: pure modules import no Pulumi, each layer imports only those below it,
+no code edits sys.path, and tools/ never imports tests/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tpu_fallback.offline.mockrun import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "tpu_fallback"
+# What each layer may import from the package (besides itself). offline/ and policy/ sit beside the programs.
+ALLOWED = {
+    "model": set(),
+    "render": {"model"},
+    "components": {"model", "render"},
+    "programs": {"model", "render", "components"},
+    "offline": {"model"},
+    "policy": {"model"},
+    "training": set(),
+}
+PURE_LAYERS = ("model", "render", "training")
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def modules(layer: str) -> list[Path]:
+    return sorted((PACKAGE / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("layer", PURE_LAYERS)
+def test_pure_layers_import_no_pulumi(layer: str) -> None:
+    offenders = {str(p.relative_to(REPO_ROOT)): sorted(m for m in imports(p) if m.split(".")[0].startswith("pulumi"))
+                 for p in modules(layer)}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layers_import_only_the_layers_below(layer: str) -> None:
+    for path in modules(layer):
+        used = {m.split(".")[1] for m in imports(path) if m.startswith("tpu_fallback.")}
+        assert used - {layer} <= ALLOWED[layer], f"{path.relative_to(REPO_ROOT)} imports {sorted(used - {layer})}"
+
+
+def test_the_checker_sees_imports() -> None:
+    # Guard against a checker that finds nothing: the jobs renderer does import the model.
+    assert "tpu_fallback.model.jobs" in imports(PACKAGE / "render" / "rayjob.py")
+
+
+def project_python_files() -> list[Path]:
+    skip = {"venv", "build", ".git"}
+    return [p for p in REPO_ROOT.rglob("*.py") if not skip & set(p.relative_to(REPO_ROOT).parts)]
+
+
+def test_no_code_edits_sys_path() -> None:
+    offenders = [str(p.relative_to(REPO_ROOT)) for p in project_python_files()
+                 if "sys.path" in p.read_text() and p != Path(__file__)]
+    assert not offenders
+
+
+def test_tools_never_import_tests() -> None:
+    for path in sorted((REPO_ROOT / "tools").glob("*.py")):
+        assert not {m for m in imports(path) if m.split(".")[0] == "tests"}, path.name

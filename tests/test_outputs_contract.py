@@ -1,0 +1,43 @@
+"""The stack-outputs contract (tpu_fallback.model.outputs) is what both modes export, what the jobs program
+reads, and what the README's table lists."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import infra
+from tpu_fallback.model import outputs
+from tpu_fallback.offline.mockrun import REPO_ROOT
+
+
+def test_single_cluster_stacks_export_the_contract_without_the_multi_region_outputs() -> None:
+    single = [spec.name for spec in outputs.OUTPUTS if not spec.multikueue_only]
+    for stack in ("dev", "prod"):
+        run = infra(stack)
+        assert list(run.outputs) == single
+        assert run.secret_outputs == set(outputs.SECRET_OUTPUTS)
+
+
+def test_multi_region_stack_exports_every_output() -> None:
+    run = infra("global")
+    assert list(run.outputs) == list(outputs.OUTPUT_NAMES)
+    assert run.secret_outputs == set(outputs.SECRET_OUTPUTS)
+    assert run.outputs["multikueue"] is True
+
+
+def test_the_jobs_program_reads_outputs_of_the_contract() -> None:
+    assert set(outputs.JOBS_READS) <= set(outputs.OUTPUT_NAMES)
+    assert set(outputs.JOBS_READS_OPTIONAL) <= set(outputs.OUTPUT_NAMES)
+    assert "kubeconfig" in outputs.JOBS_READS and "tpu" in outputs.JOBS_READS
+
+
+def test_the_tpu_output_has_the_fields_the_jobs_program_checks() -> None:
+    assert tuple(infra("dev").outputs["tpu"]) == outputs.TPU_FIELDS
+
+
+def test_readme_outputs_table_is_the_contract() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    assert table == outputs.markdown_table()
+    assert re.findall(r"^\| `(\w+)`", table, re.M) == list(outputs.OUTPUT_NAMES)

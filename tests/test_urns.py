@@ -1,0 +1,64 @@
+"""Nothing moves in state: every example stack keeps the URNs it had before the package move, or aliases them.
+
+tests/fixtures/urns-before-layout.json was recorded from the flat `components/` layout (commit "URN fixture of
+every example stack, recorded before the package move"). A resource whose URN is not in it must carry an alias
+to a URN that the fixture has and the program no longer registers; otherwise an existing stack would delete
+and recreate it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import pytest
+
+from tests.conftest import infra
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource, infra_references, run_program
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "urns-before-layout.json"
+# The renames this layout made on purpose: IAM members are named after the whole role (two roles ending in the
+# same word, e.g. ".../reader", collided before), each with an alias to its old name.
+RENAMED_TYPES = {"gcp:projects/iAMMember:IAMMember"}
+
+
+@cache
+def _runs() -> dict[str, ProgramRun]:
+    jobs = REPO_ROOT / "jobs"
+    return {
+        **{f"infra/{stack}": infra(stack) for stack in ("dev", "prod", "global")},
+        "jobs/dev": run_program(jobs, "dev", stack_references=infra_references(jobs, "dev")),
+    }
+
+
+def alias_urn(resource: RecordedResource, alias: dict[str, Any]) -> str:
+    """The URN an alias stands for (this program only declares aliases that change the name)."""
+    if "urn" in alias:
+        return str(alias["urn"])
+    assert not alias["type"] and not alias["parentUrn"] and not alias["noParent"], alias
+    return f"{resource.urn.rsplit('::', 1)[0]}::{alias['name']}"
+
+
+@pytest.mark.parametrize("label", ["infra/dev", "infra/prod", "infra/global", "jobs/dev"])
+def test_every_urn_is_kept_or_aliased(label: str) -> None:
+    before = set(json.loads(FIXTURE.read_text())[label])
+    run = _runs()[label]
+    now = {r.urn: r for r in run.resources}
+    assert len(now) == len(run.resources), "two resources share a URN"
+    gone = before - set(now)
+    new = [r for urn, r in now.items() if urn not in before]
+    aliased = {alias_urn(r, a): r.urn for r in new for a in r.options.get("aliases", [])}
+    assert not gone - set(aliased), f"URNs that would be deleted: {sorted(gone - set(aliased))}"
+    unaliased = [r.urn for r in new if not any(alias_urn(r, a) in gone for a in r.options.get("aliases", []))]
+    assert not unaliased, f"new URNs without an alias to an old one: {unaliased}"
+    assert {now[urn].type for urn in aliased.values()} <= RENAMED_TYPES
+
+
+def test_the_iam_rename_is_aliased_one_to_one() -> None:
+    dev = _runs()["infra/dev"]
+    members = dev.of_type("gcp:projects/iAMMember:IAMMember")
+    assert sorted(m.name for m in members) == [
+        "tpu-cluster-nodes-artifactregistry-reader", "tpu-cluster-nodes-container-defaultNodeServiceAccount"]
+    assert sorted(a["name"] for m in members for a in m.options["aliases"]) == [
+        "tpu-cluster-nodes-defaultNodeServiceAccount", "tpu-cluster-nodes-reader"]

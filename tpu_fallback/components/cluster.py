@@ -1,0 +1,144 @@
+"""GkeCluster: the zonal Standard cluster, its node service account, the CPU system pool and a provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from tpu_fallback.model.labels import ROLE_LABEL
+from tpu_fallback.model.settings import SystemPoolSettings
+from tpu_fallback.render.kubeconfig import gke_exec_kubeconfig
+
+# The minimal roles of a node service account (GKE hardening guide) plus image pulls from Artifact Registry.
+NODE_SERVICE_ACCOUNT_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    project: str
+    cluster_name: str
+    location: str
+    gke_version: str
+    system_pool: SystemPoolSettings | None  # None: no CPU pool (Autopilot provisions nodes itself)
+    deletion_protection: bool
+    protect: bool = False
+    autopilot: bool = False  # a MultiKueue manager runs no TPU work: Autopilot suits it
+
+
+def node_service_account_id(cluster_name: str) -> str:
+    """A service account id (6-30 chars) derived from the cluster name."""
+    return f"{cluster_name[:23].rstrip('-')}-nodes"
+
+
+def iam_member_name(prefix: str, role: str) -> str:
+    """A resource name from the whole role, so roles ending in the same word never collide."""
+    return f"{prefix}-{role.removeprefix('roles/').replace('.', '-')}"
+
+
+def _legacy_iam_member_name(name: str, role: str) -> str:
+    return f"{name}-nodes-{role.split('/')[-1].split('.')[-1]}"
+
+
+class GkeCluster(pulumi.ComponentResource):
+    cluster: gcp.container.Cluster
+    system_pool: gcp.container.NodePool | None
+    node_service_account: gcp.serviceaccount.Account
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:cluster:GkeCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.node_service_account = gcp.serviceaccount.Account(
+            f"{name}-nodes",
+            project=args.project,
+            account_id=node_service_account_id(args.cluster_name),
+            display_name=f"GKE nodes of {args.cluster_name}",
+            opts=child,
+        )
+        member = self.node_service_account.email.apply(lambda email: f"serviceAccount:{email}")
+        role_bindings = [
+            gcp.projects.IAMMember(
+                iam_member_name(f"{name}-nodes", role),
+                project=args.project,
+                role=role,
+                member=member,
+                # Named after the role's last word until 2026-12; the alias keeps existing stacks' bindings.
+                opts=pulumi.ResourceOptions(
+                    parent=self, aliases=[pulumi.Alias(name=_legacy_iam_member_name(name, role))]),
+            )
+            for role in NODE_SERVICE_ACCOUNT_ROLES
+        ]
+
+        if args.autopilot:
+            # Autopilot: image streaming, Workload Identity and shielded nodes are built in; its nodes use our account.
+            mode: dict[str, object] = {
+                "enable_autopilot": True,
+                "cluster_autoscaling": {"auto_provisioning_defaults": {
+                    "service_account": self.node_service_account.email, "oauth_scopes": [CLOUD_PLATFORM_SCOPE]}},
+            }
+        else:
+            mode = {
+                # The default pool would run with the Compute default service account; the system pool replaces it.
+                "remove_default_node_pool": True,
+                "initial_node_count": 1,
+                "node_pool_defaults": {"node_config_defaults": {"gcfs_config": {"enabled": True}}},
+                "workload_identity_config": {"workload_pool": f"{args.project}.svc.id.goog"},
+                "enable_shielded_nodes": True,
+            }
+        self.cluster = gcp.container.Cluster(
+            name,
+            name=args.cluster_name,
+            project=args.project,
+            location=args.location,
+            min_master_version=args.gke_version,
+            release_channel={"channel": "REGULAR"},
+            addons_config={"ray_operator_configs": [{"enabled": True}]},
+            deletion_protection=args.deletion_protection,
+            # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings, protect=args.protect),
+            **mode,
+        )
+
+        pool = args.system_pool
+        self.system_pool = None if pool is None else gcp.container.NodePool(
+            f"{name}-{pool.name}",
+            name=pool.name,
+            project=args.project,
+            cluster=self.cluster.name,
+            location=args.location,
+            node_count=pool.node_count,
+            management={"auto_repair": True, "auto_upgrade": True},
+            node_config={
+                "machine_type": pool.machine_type,
+                "service_account": self.node_service_account.email,
+                "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
+                "workload_metadata_config": {"mode": "GKE_METADATA"},
+                "shielded_instance_config": {"enable_secure_boot": True, "enable_integrity_monitoring": True},
+                "gcfs_config": {"enabled": True},
+                "labels": {ROLE_LABEL: "system"},
+            },
+            opts=child,
+        )
+
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate).apply(
+                lambda parts: gke_exec_kubeconfig(
+                    f"gke_{args.project}_{args.location}_{args.cluster_name}", parts[0], parts[1] or ""
+                )
+            )
+        )
+        # cluster_identifier: a refreshed kubeconfig (new CA, new endpoint) updates the provider in place
+        # instead of replacing it and with it every Kubernetes resource.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            cluster_identifier=self.cluster.id,
+            opts=child,
+        )
+        self.register_outputs({"clusterName": self.cluster.name, "endpoint": self.cluster.endpoint})

@@ -1,0 +1,54 @@
+"""JobSubmission: the training script's ConfigMap and the RayJobs, on the infra stack's cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.model.jobs import InfraFacts, PlannedJob
+from tpu_fallback.render import rayjob
+from tpu_fallback.render.files import training_script
+
+
+@dataclass(frozen=True)
+class JobSubmissionArgs:
+    infra: InfraFacts
+    jobs: tuple[PlannedJob, ...]
+    kubeconfig: pulumi.Input[str]  # a secret from the infra stack
+
+
+class JobSubmission(pulumi.ComponentResource):
+    rayjobs: list[k8s.apiextensions.CustomResource]
+
+    def __init__(self, name: str, args: JobSubmissionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:jobs:JobSubmission", name, None, opts)
+        # The jobs stack's own provider: it never touches the infra stack's provider or state.
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=args.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
+        script = training_script()
+        scripts: dict[str, k8s.core.v1.ConfigMap] = {}
+        for namespace in dict.fromkeys(p.namespace for p in args.jobs):
+            scripts[namespace] = k8s.core.v1.ConfigMap(
+                f"{name}-script-{namespace}",
+                metadata={"name": rayjob.SCRIPT_CONFIGMAP, "namespace": namespace},
+                data={"train.py": script},
+                opts=on_cluster,
+            )
+        self.rayjobs = []
+        for planned in args.jobs:
+            for copy_name in planned.names:
+                self.rayjobs.append(custom_resource(
+                    f"{name}-{planned.namespace}-{copy_name}",
+                    rayjob.rayjob(planned, copy_name, args.infra),
+                    pulumi.ResourceOptions.merge(
+                        on_cluster,
+                        # A RayJob's spec is immutable once submitted; a changed job is a new submission.
+                        pulumi.ResourceOptions(depends_on=[scripts[planned.namespace]], replace_on_changes=["spec"],
+                                               delete_before_replace=True),
+                    ),
+                ))
+        self.register_outputs({"jobs": [n for p in args.jobs for n in p.names]})
+

@@ -1,0 +1,128 @@
+"""Kueue: the kueue-system namespace, the pinned Helm release, and a readiness gate for its webhooks.
+
+Why a gate: Kueue's webhooks (failurePolicy Fail) keep refusing requests for 10-30 s after the
+controller reports Ready (kubernetes-sigs/kueue#13036), and pulumi-kubernetes does not retry webhook
+errors (pulumi-kubernetes#3429). So on a brand-new cluster the first `pulumi up` would fail creating
+the queue objects. The gate is a Job that submits a probe ResourceFlavor with a server-side dry run:
+the request goes through Kueue's mutating and validating webhooks but stores nothing. A failing probe
+fails the pod; the Job retries it with Kubernetes' exponential back-off until the webhooks answer.
+Pulumi waits for the Job to complete, and every queue object depends on the Job. The Job's pod
+template carries the Kueue version, so an upgrade replaces the Job and the gate runs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from tpu_fallback.model.labels import NODEPOOL_LABEL
+from tpu_fallback.model.settings import KueueSettings
+from tpu_fallback.render.kueue import KUEUE_CHART, KUEUE_NAMESPACE, kueue_helm_values, readiness_probe_flavor
+
+DEFAULT_GATE_IMAGE = "registry.k8s.io/kubectl:v1.34.1"  # distroless kubectl, entrypoint kubectl
+GATE_TIMEOUT = "15m"
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    kueue: KueueSettings
+    system_pool: str | None  # pin Kueue (and its gate) to this node pool; None on Autopilot
+    gate_image: str = DEFAULT_GATE_IMAGE
+
+
+class Kueue(pulumi.ComponentResource):
+    namespace: k8s.core.v1.Namespace
+    release: k8s.helm.v3.Release
+    ready: k8s.batch.v1.Job  # depend on this, not on the release
+
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:kueue:Kueue", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata={"name": KUEUE_NAMESPACE}, opts=child
+        )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="kueue",
+            chart=KUEUE_CHART,
+            version=args.kueue.version,
+            namespace=self.namespace.metadata["name"],
+            values=kueue_helm_values(args.kueue, args.system_pool),
+            # Wait for the controller's Deployment to be Ready (helm --wait); the gate covers the rest.
+            skip_await=False,
+            timeout=600,
+            opts=child,
+        )
+        self.ready = self._readiness_gate(name, args)
+        self.register_outputs({"version": args.kueue.version, "namespace": KUEUE_NAMESPACE})
+
+    def _readiness_gate(self, name: str, args: KueueArgs) -> k8s.batch.v1.Job:
+        gate = "kueue-readiness-gate"
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        namespace = self.namespace.metadata["name"]
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-gate-account", metadata={"name": gate, "namespace": namespace},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # Least privilege: a dry-run create of ResourceFlavors, nothing else.
+        role = k8s.rbac.v1.ClusterRole(
+            f"{name}-gate-role",
+            metadata={"name": gate},
+            rules=[{"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]}],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-gate-binding",
+            metadata={"name": gate},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": gate},
+            subjects=[{"kind": "ServiceAccount", "name": gate, "namespace": KUEUE_NAMESPACE}],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, account]),
+        )
+        probe = k8s.core.v1.ConfigMap(
+            f"{name}-gate-probe",
+            metadata={"name": "kueue-readiness-probe", "namespace": namespace},
+            data={"flavor.yaml": yaml.safe_dump(readiness_probe_flavor(), sort_keys=False)},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return k8s.batch.v1.Job(
+            f"{name}-ready",
+            metadata={"name": "kueue-webhooks-ready", "namespace": namespace},
+            spec={
+                "backoffLimit": 12,
+                "activeDeadlineSeconds": 900,
+                "template": {
+                    "metadata": {"labels": {"app.kubernetes.io/name": gate}},
+                    "spec": {
+                        "serviceAccountName": gate,
+                        "restartPolicy": "Never",
+                        "nodeSelector": {NODEPOOL_LABEL: args.system_pool} if args.system_pool else {},
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                            "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{
+                            "name": "probe",
+                            "image": args.gate_image,
+                            "args": ["create", "--dry-run=server", "-f", "/probe/flavor.yaml", "-o", "name"],
+                            # Part of the pod template, so a Kueue upgrade replaces the Job and re-runs the gate.
+                            "env": [{"name": "KUEUE_VERSION", "value": args.kueue.version}],
+                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                                          "limits": {"memory": "64Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}},
+                            "volumeMounts": [{"name": "probe", "mountPath": "/probe", "readOnly": True}],
+                        }],
+                        "volumes": [{"name": "probe", "configMap": {"name": "kueue-readiness-probe"}}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(
+                after_release,
+                pulumi.ResourceOptions(
+                    depends_on=[binding, probe],
+                    custom_timeouts=pulumi.CustomTimeouts(create=GATE_TIMEOUT, update=GATE_TIMEOUT),
+                ),
+            ),
+        )

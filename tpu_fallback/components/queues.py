@@ -1,0 +1,78 @@
+"""FallbackQueues: Kueue's flavors, ClusterQueue, checks and LocalQueues for plan A -> plan B.
+
+The objects only refer to node pools by label, so they wait for Kueue's readiness gate and never for
+the TPU pools: Kueue and the queues are installed while GKE is still creating the pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.model.queues import QueuePlan
+from tpu_fallback.render import kueue as render
+
+
+@dataclass(frozen=True)
+class FallbackQueuesArgs:
+    plan: QueuePlan
+    ready: pulumi.Resource  # Kueue's readiness gate
+    # Used instead of dws-prov on every flavor (a MultiKueue manager); None for a normal cluster.
+    admission_checks: list[dict[str, Any]] | None = None
+
+
+class FallbackQueues(pulumi.ComponentResource):
+    cluster_queue: k8s.apiextensions.CustomResource
+    local_queues: list[k8s.apiextensions.CustomResource]
+
+    def __init__(self, name: str, args: FallbackQueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:queues:FallbackQueues", name, None, opts)
+        plan = args.plan
+
+        def custom(
+            logical: str, obj: dict[str, Any], depends_on: list[pulumi.Resource]
+        ) -> k8s.apiextensions.CustomResource:
+            return custom_resource(
+                f"{name}-{logical}", obj, pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on])
+            )
+
+        flavors = [custom(f"flavor-{f.name}", render.resource_flavor(f), []) for f in plan.flavors]
+        checks: list[pulumi.Resource] = []
+        if plan.provisioning_check and args.admission_checks is None:
+            config = custom("dws-config", render.provisioning_request_config(), [])
+            checks.append(custom("dws-prov", render.provisioning_admission_check(), [config]))
+        self.cluster_queue = custom(
+            "cluster-queue", render.cluster_queue(plan, args.admission_checks), [*flavors, *checks]
+        )
+
+        namespaces = self._namespaces(name, plan, args.ready)
+        self.local_queues = [
+            custom(
+                f"local-queue-{namespace}-{queue}",
+                render.local_queue(namespace, queue, plan.cluster_queue),
+                [self.cluster_queue, *([namespaces[namespace]] if namespace in namespaces else [])],
+            )
+            for namespace, queue in plan.local_queues
+        ]
+        self.register_outputs({"clusterQueue": plan.cluster_queue})
+
+    def _namespaces(self, name: str, plan: QueuePlan, ready: pulumi.Resource) -> dict[str, pulumi.Resource]:
+        """Create the local queues' namespaces (except `default`); label existing ones if the queue needs it."""
+        out: dict[str, pulumi.Resource] = {}
+        labels = plan.namespace_labels or {}
+        for namespace in dict.fromkeys(ns for ns, _ in plan.local_queues):
+            opts = pulumi.ResourceOptions(parent=self)
+            if namespace == "default":
+                if labels:  # the ClusterQueue only admits labelled namespaces
+                    out[namespace] = k8s.core.v1.NamespacePatch(
+                        f"{name}-namespace-{namespace}", metadata={"name": namespace, "labels": labels}, opts=opts
+                    )
+                continue
+            out[namespace] = k8s.core.v1.Namespace(
+                f"{name}-namespace-{namespace}", metadata={"name": namespace, "labels": labels}, opts=opts
+            )
+        return out

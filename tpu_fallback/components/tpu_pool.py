@@ -1,0 +1,99 @@
+"""TpuNodePool: the node pools of one TPU plan, on-demand (plan A) or DWS flex-start (plan B)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from tpu_fallback.components.cluster import CLOUD_PLATFORM_SCOPE
+from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND, PoolShape, pool_layout
+from tpu_fallback.model.catalog import TpuSlice
+from tpu_fallback.model.labels import PLAN_LABEL, QUEUED_LABEL
+
+
+@dataclass(frozen=True)
+class TpuNodePoolArgs:
+    project: str
+    cluster_name: pulumi.Input[str]
+    location: str
+    plan: str  # ON_DEMAND or FLEX_START
+    base_name: str
+    tpu: TpuSlice
+    max_slices: int
+    node_service_account: pulumi.Input[str]
+    reservation: str | None = None  # on-demand only: a specific reservation to consume
+    max_run_duration: str | None = None  # flex-start only
+
+
+class TpuNodePool(pulumi.ComponentResource):
+    shapes: tuple[PoolShape, ...]
+    pools: list[gcp.container.NodePool]
+
+    def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:tpu:TpuNodePool", name, None, opts)
+        if args.plan not in (ON_DEMAND, FLEX_START):
+            raise ValueError(f"plan must be {ON_DEMAND} or {FLEX_START}, not {args.plan!r}")
+        self.shapes = pool_layout(args.base_name, args.tpu, args.max_slices)
+        self.pools = [
+            gcp.container.NodePool(
+                f"{name}-{shape.name}", **_pool_arguments(args, shape), opts=pulumi.ResourceOptions(parent=self)
+            )
+            for shape in self.shapes
+        ]
+        self.register_outputs({"poolNames": [shape.name for shape in self.shapes]})
+
+    @property
+    def names(self) -> list[str]:
+        return [shape.name for shape in self.shapes]
+
+
+def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
+    flex = args.plan == FLEX_START
+    labels = {PLAN_LABEL: args.plan}
+    if flex:
+        labels[QUEUED_LABEL] = "true"
+    if args.reservation and not flex:
+        reservation: dict[str, Any] = {
+            "consume_reservation_type": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [args.reservation],
+        }
+    else:
+        reservation = {"consume_reservation_type": "NO_RESERVATION"}
+
+    node_config: dict[str, Any] = {
+        "machine_type": args.tpu.machine_type,
+        "service_account": args.node_service_account,
+        "oauth_scopes": [CLOUD_PLATFORM_SCOPE],
+        "workload_metadata_config": {"mode": "GKE_METADATA"},
+        "gcfs_config": {"enabled": True},
+        "labels": labels,
+        "reservation_affinity": reservation,
+    }
+    autoscaling: dict[str, Any] = {"min_node_count": 0, "max_node_count": shape.max_nodes}
+    arguments: dict[str, Any] = {
+        "name": shape.name,
+        "project": args.project,
+        "cluster": args.cluster_name,
+        "location": args.location,
+        "initial_node_count": 0,
+        "autoscaling": autoscaling,
+        "node_config": node_config,
+    }
+    if args.tpu.multi_host:
+        # COMPACT placement with the topology is what makes GKE build one ICI-connected slice.
+        arguments["placement_policy"] = {"type": "COMPACT", "tpu_topology": args.tpu.topology}
+    if flex:
+        node_config["flex_start"] = True
+        if args.max_run_duration:
+            node_config["max_run_duration"] = args.max_run_duration
+        autoscaling["location_policy"] = "ANY"
+        arguments["queued_provisioning"] = {"enabled": True}
+        # Queued nodes must not be repaired away mid-run; release channels require auto-upgrade.
+        arguments["management"] = {"auto_repair": False, "auto_upgrade": True}
+    else:
+        arguments["management"] = {"auto_repair": True, "auto_upgrade": True}
+    return arguments

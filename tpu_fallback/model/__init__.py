@@ -1,0 +1,1 @@
+"""Pure model: the TPU catalog, capacity and quota arithmetic, settings and jobs config. Never imports Pulumi."""

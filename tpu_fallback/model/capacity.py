@@ -1,0 +1,101 @@
+"""Capacity and quota arithmetic: how TPU plans map onto GKE node pools and Kueue quotas. Pure Python.
+
+The one home of every number derived from the TPU slice: pool sizes, chips per plan, the on-demand
+cpu/memory quota, what one Ray job takes from the system quota, and the tutorial's "unlimited".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from tpu_fallback.model.catalog import MachineType, TpuSlice
+from tpu_fallback.model.labels import NODEPOOL_LABEL, PLAN_LABEL
+from tpu_fallback.model.quantity import Resources, parse_quantity
+
+ON_DEMAND = "on-demand"
+FLEX_START = "flex-start"
+PLANS = (ON_DEMAND, FLEX_START)
+
+# The tutorial's on-demand quota is 40 cpu / 75Gi for one 4-host slice: 10 cpu and 19200 MiB per TPU host.
+ON_DEMAND_QUOTA_PER_HOST = (10, 19200)
+# The tutorial writes "infinite" as 1e9 of each resource.
+UNLIMITED_AMOUNT = 1000000000
+# What KubeRay adds beside the Ray head on the CPU pool, as Kueue counts it (measured on Kueue 0.19.2 by the
+# end-to-end test): the submitter Job's pod (500m / 200Mi) and, for elastic jobs, the autoscaler sidecar
+# (500m / 512Mi).
+RAY_JOB_OVERHEAD = (Decimal("1"), Decimal(712 * 2**20))
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    name: str
+    max_nodes: int
+
+
+def pool_layout(base_name: str, tpu: TpuSlice, max_slices: int) -> tuple[PoolShape, ...]:
+    """The node pools that give `max_slices` slices of `tpu`.
+
+    GKE scales a multi-host slice pool atomically and its maximum size must be one slice, so each
+    multi-host slice gets a pool of its own (the first keeps the base name, as in the tutorial).
+    Single-host slices are single nodes, so one pool autoscaling to `max_slices` nodes holds them all.
+    """
+    if max_slices <= 0:
+        return ()
+    if not tpu.multi_host:
+        return (PoolShape(base_name, max_slices),)
+    names = [base_name] + [f"{base_name}-{i}" for i in range(2, max_slices + 1)]
+    return tuple(PoolShape(name, tpu.hosts_per_slice) for name in names)
+
+
+def flavor_node_labels(plan: str, pools: tuple[PoolShape, ...]) -> dict[str, str]:
+    """Node labels a Kueue ResourceFlavor uses to select the pools of a plan."""
+    if len(pools) == 1:
+        return {NODEPOOL_LABEL: pools[0].name}
+    return {PLAN_LABEL: plan}
+
+
+def tpu_chips(tpu: TpuSlice, max_slices: int) -> int:
+    """The TPU chips a plan can run at once: its quota in Kueue."""
+    return tpu.chips_per_slice * max_slices
+
+
+def pool_cpu(tpu: TpuSlice, max_slices: int) -> int:
+    return tpu.machine.vcpus * tpu.hosts_per_slice * max_slices
+
+
+def pool_memory_gib(tpu: TpuSlice, max_slices: int) -> int:
+    return tpu.machine.memory_gib * tpu.hosts_per_slice * max_slices
+
+
+def pool_resources(tpu: TpuSlice, max_slices: int) -> Resources:
+    """The cpu and memory of every host of a plan's pools."""
+    return Resources(pool_cpu(tpu, max_slices), f"{pool_memory_gib(tpu, max_slices)}Gi")
+
+
+def on_demand_quota(configured: Resources | None, tpu: TpuSlice, max_slices: int) -> Resources:
+    """The on-demand flavor's cpu/memory quota: configured, or ON_DEMAND_QUOTA_PER_HOST per plan A host."""
+    if configured is not None:
+        return configured
+    hosts = max_slices * tpu.hosts_per_slice
+    cpu_per_host, mib_per_host = ON_DEMAND_QUOTA_PER_HOST
+    mib = mib_per_host * hosts
+    return Resources(cpu=cpu_per_host * hosts, memory=f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi")
+
+
+def system_pods_per_job(head_request: Resources) -> tuple[Decimal, Decimal]:
+    """cpu and memory (bytes) one Ray job takes from the default-cpu flavor; its quota caps concurrent jobs."""
+    return (parse_quantity(head_request.cpu) + RAY_JOB_OVERHEAD[0],
+            parse_quantity(head_request.memory) + RAY_JOB_OVERHEAD[1])
+
+
+def slice_requests(worker_request: Resources, tpu: TpuSlice) -> tuple[Decimal, Decimal]:
+    """cpu and memory (bytes) the TPU workers of one slice request together."""
+    return (parse_quantity(worker_request.cpu) * tpu.hosts_per_slice,
+            parse_quantity(worker_request.memory) * tpu.hosts_per_slice)
+
+
+def fits_host(request: Resources, machine: MachineType) -> bool:
+    """Whether one TPU worker with this request fits on one host of this machine type."""
+    return (parse_quantity(request.cpu) <= machine.vcpus
+            and parse_quantity(request.memory) <= Decimal(machine.memory_gib) * 2**30)

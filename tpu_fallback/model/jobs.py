@@ -1,0 +1,236 @@
+"""The jobs project's model: its config, the infra stack's facts, and the jobs planned against both. Pure Python.
+
+AI developers name a job and how many copies to submit; the TPU shape, host count, queue and system
+pool come from the infrastructure stack's outputs, so nothing is hand-matched. Every check runs
+before the jobs program registers anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model.outputs import JOBS_READS, TPU_FIELDS
+from tpu_fallback.model.quantity import Resources
+from tpu_fallback.model.validation import (
+    ConfigError,
+    fail,
+    integer,
+    non_empty_string,
+    object_,
+    resources,
+)
+
+JOBS_PROJECT = "tpu-fallback-jobs"
+_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
+_STACK = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}$")
+# RayJob names end up in Kueue workload and KubeRay object names; keep them short enough for a label value.
+MAX_JOB_NAME = 42
+
+
+@dataclass(frozen=True)
+class Elastic:
+    min_replicas: int
+    max_replicas: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str = "rayjob-tpu-v6e-dws"
+    count: int = 2
+    queue: str | None = None  # a local queue name (namespace/name or name); default: the infra stack's first
+    image: str = "rayproject/ray:2.53.0-py311"
+    entrypoint: str = "python /app/train.py"
+    pip: tuple[str, ...] = ("jax[tpu]==0.8.2", "pandas==2.3.3")
+    worker_request: Resources = Resources("8", "16Gi")
+    head_request: Resources = Resources("2", "4Gi")
+    workers: int | None = None  # TPU hosts in total; default one slice
+    elastic: Elastic | None = None
+    env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class InfraFacts:
+    """What the jobs stack reads from the infrastructure stack's outputs."""
+
+    stack: str
+    local_queues: tuple[tuple[str, str], ...]
+    tpu: Mapping[str, Any]
+    system_pool: str
+    flavors: Mapping[str, Any]
+    multikueue: bool = False
+
+    @classmethod
+    def from_outputs(cls, stack: str, outputs: Mapping[str, Any]) -> InfraFacts:
+        missing = [name for name in JOBS_READS if outputs.get(name) in (None, "", [], {})]
+        if missing:
+            raise ConfigError(
+                f"infra stack {stack!r} has no output {missing[0]!r} (needed: {', '.join(JOBS_READS)}); "
+                "run `pulumi up` on that stack with a current version of tpu-fallback, or fix infraStack"
+            )
+        tpu = outputs["tpu"]
+        for key in TPU_FIELDS:
+            if key not in tpu:
+                raise ConfigError(f"infra stack {stack!r} output 'tpu' has no {key!r}")
+        return cls(
+            stack=stack,
+            local_queues=tuple((q["namespace"], q["name"]) for q in outputs["localQueues"]),
+            tpu=tpu,
+            system_pool=str(outputs["systemPool"]),
+            flavors=outputs["flavors"],
+            multikueue=bool(outputs.get("multikueue", False)),
+        )
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return int(self.tpu["hostsPerSlice"])
+
+    @property
+    def chips_per_host(self) -> int:
+        return int(self.tpu["chipsPerHost"])
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+_JOB_KEYS = ("name", "count", "queue", "image", "entrypoint", "pip", "workerRequest", "headRequest", "workers",
+             "elastic", "env")
+
+
+def parse_infra_stack(value: Any) -> str:
+    if not isinstance(value, str) or not _STACK.match(value):
+        raise fail("infraStack", value, "expected the infrastructure stack's name, e.g. organization/tpu-fallback/dev")
+    return value
+
+
+def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
+    """Validate the `jobs` config: a list of job entries (fields left out keep the tutorial's values)."""
+    if value is None:
+        return (JobSpec(),)
+    if not isinstance(value, list) or not value:
+        raise fail("jobs", value, "expected a non-empty list of jobs")
+    jobs: list[JobSpec] = []
+    d = JobSpec()
+    for i, raw in enumerate(value):
+        key = f"jobs[{i}]"
+        if not isinstance(raw, Mapping):
+            raise fail(key, raw, "expected an object")
+        raw = object_(key, raw, _JOB_KEYS)
+        name = raw.get("name", d.name)
+        if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_JOB_NAME:
+            raise fail(f"{key}.name", name,
+                       f"lowercase letters, digits and hyphens, at most {MAX_JOB_NAME} characters")
+        pip = raw.get("pip", list(d.pip))
+        if not isinstance(pip, list) or not all(isinstance(p, str) and p for p in pip):
+            raise fail(f"{key}.pip", pip, "expected a list of pip requirement strings")
+        elastic_raw = raw.get("elastic")
+        elastic = None
+        if elastic_raw is True:
+            elastic = Elastic(1, 2)  # the tutorial's minReplicas/maxReplicas
+        elif isinstance(elastic_raw, Mapping):
+            elastic = Elastic(integer(f"{key}.elastic.minReplicas", elastic_raw.get("minReplicas", 1), 1),
+                              integer(f"{key}.elastic.maxReplicas", elastic_raw.get("maxReplicas", 2), 1))
+            if elastic.max_replicas < elastic.min_replicas:
+                raise fail(f"{key}.elastic.maxReplicas", elastic.max_replicas, "must be >= minReplicas")
+        elif elastic_raw not in (None, False):
+            raise fail(f"{key}.elastic", elastic_raw, "expected true, false or {minReplicas, maxReplicas}")
+        env = raw.get("env", {})
+        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise fail(f"{key}.env", env, "expected a map of variable name to string value")
+        queue = raw.get("queue")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            raise fail(f"{key}.queue", queue, "expected a local queue name such as user-queue or default/user-queue")
+        job = JobSpec(
+            name=name,
+            count=integer(f"{key}.count", raw.get("count", d.count), 1),
+            queue=queue,
+            image=non_empty_string(f"{key}.image", raw.get("image", d.image)),
+            entrypoint=non_empty_string(f"{key}.entrypoint", raw.get("entrypoint", d.entrypoint)),
+            pip=tuple(pip),
+            worker_request=resources(f"{key}.workerRequest", raw.get("workerRequest"), d.worker_request, positive=True),
+            head_request=resources(f"{key}.headRequest", raw.get("headRequest"), d.head_request, positive=True),
+            workers=integer(f"{key}.workers", raw["workers"], 1) if raw.get("workers") is not None else None,
+            elastic=elastic,
+            env=tuple(sorted(env.items())),
+        )
+        if any(j.name == job.name for j in jobs):
+            raise fail(f"{key}.name", job.name, "job names must be unique")
+        jobs.append(job)
+    return tuple(jobs)
+
+
+# --------------------------------------------------------------------------------------------
+# Planning against the infrastructure stack
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    spec: JobSpec
+    namespace: str
+    queue: str
+    replicas: int  # slices
+    names: tuple[str, ...]  # one per copy: <name>-1 .. <name>-<count>
+
+
+def resolve_queue(job: JobSpec, key: str, infra: InfraFacts) -> tuple[str, str]:
+    queues = infra.local_queues
+    allowed = ", ".join(f"{ns}/{name}" for ns, name in queues)
+    if job.queue is None:
+        return queues[0]
+    if "/" in job.queue:
+        ns, _, name = job.queue.partition("/")
+        if (ns, name) in queues:
+            return ns, name
+    else:
+        found = [q for q in queues if q[1] == job.queue]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise fail(f"{key}.queue", job.queue, f"ambiguous; write it as namespace/name: {allowed}")
+    raise fail(f"{key}.queue", job.queue, f"not a local queue of infra stack {infra.stack!r}; valid: {allowed}")
+
+
+def plan_jobs(jobs: tuple[JobSpec, ...], infra: InfraFacts) -> tuple[PlannedJob, ...]:
+    """Check every job against the infrastructure before anything is registered."""
+    machine = _machine(infra)
+    planned = []
+    for i, job in enumerate(jobs):
+        key = f"jobs[{i}]"
+        namespace, queue = resolve_queue(job, key, infra)
+        hosts = infra.hosts_per_slice
+        workers = job.workers if job.workers is not None else hosts
+        if workers % hosts:
+            raise fail(f"{key}.workers", workers,
+                       f"must be a whole number of {infra.tpu['topology']} slices: a multiple of {hosts} hosts")
+        if machine is not None and not capacity.fits_host(job.worker_request, machine):
+            raise fail(f"{key}.workerRequest", f"cpu={job.worker_request.cpu}, memory={job.worker_request.memory}",
+                       f"exceeds one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+        if job.elastic is not None and infra.multikueue:
+            raise fail(f"{key}.elastic", True, f"infra stack {infra.stack!r} dispatches through MultiKueue, "
+                       "which does not support elastic jobs; remove elastic")
+        replicas = workers // hosts
+        if job.elastic is not None and not job.elastic.min_replicas <= replicas <= job.elastic.max_replicas:
+            raise fail(f"{key}.elastic", f"{job.elastic.min_replicas}..{job.elastic.max_replicas}",
+                       f"must include the starting size of {replicas} slice(s)")
+        names = tuple(f"{job.name}-{n}" for n in range(1, job.count + 1))
+        planned.append(PlannedJob(job, namespace, queue, replicas, names))
+    seen: set[tuple[str, str]] = set()
+    for p in planned:
+        for name in p.names:
+            if (p.namespace, name) in seen:
+                raise fail("jobs", name, f"two jobs would create {p.namespace}/{name}; rename one")
+            seen.add((p.namespace, name))
+    return tuple(planned)
+
+
+def _machine(infra: InfraFacts) -> catalog.MachineType | None:
+    fam = catalog.FAMILIES.get(str(infra.tpu["type"]))
+    return fam.machine_type(str(infra.tpu["machineType"])) if fam else None
+
+

@@ -1,0 +1,85 @@
+"""The fallback queues as data: flavors in the order Kueue tries them, with their node labels and quotas.
+
+Pure Python. `queue_plan` is the single-cluster plan A -> plan B queue; `manager_queue_plan` is a
+MultiKueue manager's. The renderers (tpu_fallback.render.kueue) turn a plan into Kueue objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpu_fallback.model import capacity
+from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
+from tpu_fallback.model.quantity import Resources
+from tpu_fallback.model.settings import Settings
+
+# The resources every flavor quotas, in this order (Kueue requires one order per resource group).
+COVERED_RESOURCES = ("cpu", "memory", TPU_RESOURCE)
+SYSTEM_FLAVOR, ON_DEMAND_FLAVOR, FLEX_FLAVOR = "default-cpu", "on-demand", "dws"
+MULTIKUEUE_FLAVOR = "multikueue"
+# The tutorial writes "infinite" as 1e9 of each resource.
+_UNLIMITED = capacity.UNLIMITED_AMOUNT
+UNLIMITED: dict[str, int | str] = {"cpu": _UNLIMITED, "memory": f"{_UNLIMITED}Gi", TPU_RESOURCE: _UNLIMITED}
+
+
+@dataclass(frozen=True)
+class Flavor:
+    name: str
+    node_labels: dict[str, str]
+    quota: dict[str, int | str]  # resource -> nominalQuota, in COVERED_RESOURCES order
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    cluster_queue: str
+    flavors: tuple[Flavor, ...]  # in the order Kueue tries them
+    provisioning_check: bool  # dws-prov on the dws flavor
+    namespace_labels: dict[str, str] | None
+    local_queues: tuple[tuple[str, str], ...]  # (namespace, name)
+
+    def flavor(self, name: str) -> Flavor | None:
+        return next((f for f in self.flavors if f.name == name), None)
+
+
+def _quota(amounts: Resources, tpu_chips: int) -> dict[str, int | str]:
+    return {"cpu": amounts.cpu, "memory": amounts.memory, TPU_RESOURCE: tpu_chips}
+
+
+def queue_plan(settings: Settings) -> QueuePlan:
+    """Flavors in fallback order with quotas derived from the pools' real capacity."""
+    tpu, q = settings.tpu, settings.queues
+    flavors = [Flavor(SYSTEM_FLAVOR, {NODEPOOL_LABEL: settings.system_pool.name}, _quota(q.system_quota, 0))]
+    if settings.on_demand.max_slices > 0:
+        pools = capacity.pool_layout(settings.on_demand.name, tpu, settings.on_demand.max_slices)
+        flavors.append(Flavor(
+            ON_DEMAND_FLAVOR,
+            capacity.flavor_node_labels(capacity.ON_DEMAND, pools),
+            _quota(settings.on_demand_quota, capacity.tpu_chips(tpu, settings.on_demand.max_slices)),
+        ))
+    flex = settings.flex_start
+    if flex.active:
+        pools = capacity.pool_layout(flex.name, tpu, flex.max_slices)
+        if q.cap_flex_start:
+            quota = _quota(capacity.pool_resources(tpu, flex.max_slices), capacity.tpu_chips(tpu, flex.max_slices))
+        else:
+            quota = dict(UNLIMITED)
+        flavors.append(Flavor(FLEX_FLAVOR, capacity.flavor_node_labels(capacity.FLEX_START, pools), quota))
+    return QueuePlan(
+        cluster_queue=q.cluster_queue,
+        flavors=tuple(flavors),
+        provisioning_check=flex.active,
+        namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
+        local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
+    )
+
+
+def manager_queue_plan(settings: Settings) -> QueuePlan:
+    """A MultiKueue manager admits on an unlimited flavor without node labels: the workers hold the real quotas."""
+    q = settings.queues
+    return QueuePlan(
+        cluster_queue=q.cluster_queue,
+        flavors=(Flavor(MULTIKUEUE_FLAVOR, {}, dict(UNLIMITED)),),
+        provisioning_check=False,  # Kueue refuses MultiKueue and ProvisioningRequest checks on one queue
+        namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
+        local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
+    )

@@ -1,0 +1,515 @@
+"""The infrastructure stack's settings: raw config values in, typed and validated frozen dataclasses out.
+
+`parse_settings` is pure (a dict of config values in, `Settings` out) so every rule is testable
+without Pulumi; the infra program (tpu_fallback.programs.infra) hands it the CLI's config. Each rule
+raises one `ConfigError` naming the key, the bad value and what is allowed, before the program
+registers any resource. The defaults are the GKE tutorial's values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model.quantity import Resources, parse_quantity
+from tpu_fallback.model.validation import (
+    DNS_LABEL,
+    ConfigError,
+    boolean,
+    fail,
+    integer,
+    object_,
+    plain,
+    resources,
+    show,
+    string,
+)
+
+PROJECT = "tpu-fallback"
+
+# Flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (GKE "About flex-start provisioning mode").
+FLEX_START_MIN_GKE = (1, 33, 0, 1712000)
+
+_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_POOL_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_FEATURE_GATE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
+_DURATION = re.compile(r"^\d+s$")
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]+$")
+_LABEL_KEY = re.compile(r"^(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SystemPoolSettings:
+    name: str = "default-pool"
+    machine_type: str = "n2-standard-16"
+    node_count: int = 1
+
+
+@dataclass(frozen=True)
+class OnDemandSettings:
+    name: str = "on-demand-pool"
+    max_slices: int = 1
+    reservation: str | None = None  # a named specific reservation; None = NO_RESERVATION
+
+
+@dataclass(frozen=True)
+class FlexStartSettings:
+    enabled: bool = True
+    name: str = "dws-pool"
+    max_slices: int = 1
+    max_run_duration: str | None = None  # e.g. "86400s", at most 7 days
+
+    @property
+    def active(self) -> bool:
+        return self.enabled and self.max_slices > 0
+
+
+@dataclass(frozen=True)
+class KueueSettings:
+    version: str = "0.19.2"
+    feature_gates: tuple[tuple[str, bool], ...] = (("ElasticJobsViaWorkloadSlices", True),)
+    pod_monitoring: bool = False  # a PodMonitoring for Kueue's metrics (Managed Service for Prometheus)
+
+    @property
+    def elastic_jobs(self) -> bool:
+        return dict(self.feature_gates).get("ElasticJobsViaWorkloadSlices", False)
+
+
+@dataclass(frozen=True)
+class LocalQueueSettings:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    cluster_queue: str = "cluster-queue"
+    local_queues: tuple[LocalQueueSettings, ...] = (LocalQueueSettings("default", "user-queue"),)
+    # None admits every namespace (namespaceSelector: {}); labels restrict the queue to labelled namespaces.
+    namespace_labels: tuple[tuple[str, str], ...] | None = None
+    system_quota: Resources = Resources(10, "20Gi")
+    # None: derived from plan A's size, capacity.ON_DEMAND_QUOTA_PER_HOST per TPU host (the tutorial's
+    # 40 cpu / 75Gi for 4 hosts).
+    on_demand_quota: Resources | None = None
+    # False: the tutorial's unlimited dws flavor; True: capped at the plan B pool's capacity.
+    cap_flex_start: bool = False
+    # The per-host request of one TPU worker and of one Ray head; quotas must admit a whole slice of them.
+    worker_request: Resources = Resources(8, "16Gi")
+    head_request: Resources = Resources(2, "4Gi")
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    cluster_name: str
+    location: str  # a region for Autopilot, a zone for a Standard manager
+    autopilot: bool = True
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    name: str
+    settings: Settings  # a full plan A / plan B cluster of its own
+
+
+MAX_WORKERS = 20  # MultiKueueConfig.spec.clusters allows 1..20
+
+
+@dataclass(frozen=True)
+class MultiKueueSettings:
+    enabled: bool = False
+    manager: ManagerSettings | None = None
+    workers: tuple[WorkerSettings, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    cluster_name: str = "tpu-cluster"
+    location: str = "us-east5-b"
+    gke_version: str = "1.34"
+    system_pool: SystemPoolSettings = SystemPoolSettings()
+    tpu: catalog.TpuSlice = field(default_factory=lambda: catalog.resolve_slice("v6e", "4x4"))
+    on_demand: OnDemandSettings = OnDemandSettings()
+    flex_start: FlexStartSettings = FlexStartSettings()
+    kueue: KueueSettings = KueueSettings()
+    queues: QueueSettings = QueueSettings()
+    deletion_protection: bool = True
+    protect: bool = False
+    multikueue: MultiKueueSettings = MultiKueueSettings()
+
+    @property
+    def region(self) -> str:
+        return self.location.rsplit("-", 1)[0]
+
+    @property
+    def on_demand_quota(self) -> Resources:
+        """The on-demand flavor's cpu/memory quota: configured, or derived from plan A's TPU hosts."""
+        return capacity.on_demand_quota(self.queues.on_demand_quota, self.tpu, self.on_demand.max_slices)
+
+
+# The project's config keys (Pulumi.yaml declares the same ones).
+CONFIG_KEYS = (
+    "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
+    "deletionProtection", "protect", "multikueue",
+)
+
+
+def _gke_version_tuple(version: str) -> tuple[int, int, float, float]:
+    """Missing parts mean "the newest GKE picks", so 1.33 compares as the newest 1.33 patch."""
+    match = _GKE_VERSION.match(version)
+    assert match is not None
+    major, minor, patch, build = match.groups()
+    return (
+        int(major),
+        int(minor),
+        int(patch) if patch is not None else float("inf"),
+        int(build) if build is not None else float("inf"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
+    """Validate raw config values (keys without the project namespace, objects already decoded)."""
+    unknown = sorted(set(raw) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting; known: {', '.join(CONFIG_KEYS)}")
+    if not project:
+        raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
+
+    defaults = Settings(project=project)
+    cluster_name = string(
+        "clusterName", raw.get("clusterName", defaults.cluster_name), _CLUSTER_NAME,
+        "GKE cluster names use lowercase letters, digits and hyphens, start with a letter, "
+        "end with a letter or digit and have at most 40 characters",
+    )
+    location = raw.get("location", defaults.location)
+    if isinstance(location, str) and _REGION.match(location):
+        raise fail("location", location, f"a zone is required, not a region (e.g. {location}-b): "
+                   "TPU slices and their COMPACT placement live in one zone")
+    location = string("location", location, _ZONE, "expected a zone such as us-east5-b")
+    gke_version = string(
+        "gkeVersion", raw.get("gkeVersion", defaults.gke_version), _GKE_VERSION,
+        "expected a GKE version such as 1.34 or 1.34.1-gke.1829001",
+    )
+
+    tpu = _parse_tpu(raw.get("tpu"))
+    system_pool = _parse_system_pool(raw.get("systemPool"))
+    on_demand = _parse_on_demand(raw.get("onDemand"))
+    flex_start = _parse_flex_start(raw.get("flexStart"))
+    kueue = _parse_kueue(raw.get("kueue"))
+    queues = _parse_queues(raw.get("queues"))
+
+    if on_demand.max_slices == 0 and not flex_start.active:
+        why = "flexStart.maxSlices is 0 too" if flex_start.enabled else "flexStart.enabled is false"
+        raise ConfigError(
+            f"onDemand.maxSlices 0 is invalid because {why}: at least one plan needs TPU capacity "
+            "(set onDemand.maxSlices >= 1, or flexStart.enabled true with flexStart.maxSlices >= 1)"
+        )
+    if flex_start.active:
+        if not tpu.family.supports_flex_start:
+            raise ConfigError(
+                f'flexStart.enabled true is invalid for tpu.type "{tpu.family.name}": flex-start is offered for '
+                f"{', '.join(f.name for f in catalog.FAMILIES.values() if f.supports_flex_start)}"
+            )
+        if _gke_version_tuple(gke_version) < FLEX_START_MIN_GKE:
+            raise fail("gkeVersion", gke_version,
+                       "flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (e.g. 1.33 or 1.34)")
+
+    names = [("systemPool.name", system_pool.name), ("onDemand.name", on_demand.name)]
+    if flex_start.enabled:
+        names.append(("flexStart.name", flex_start.name))
+    seen: dict[str, str] = {}
+    for key, name in names:
+        if name in seen:
+            raise fail(key, name, f"node pool names must be unique; {seen[name]} already uses it")
+        seen[name] = key
+
+    settings = Settings(
+        project=project,
+        cluster_name=cluster_name,
+        location=location,
+        gke_version=gke_version,
+        system_pool=system_pool,
+        tpu=tpu,
+        on_demand=on_demand,
+        flex_start=flex_start,
+        kueue=kueue,
+        queues=queues,
+        deletion_protection=boolean("deletionProtection", raw.get("deletionProtection", True)),
+        protect=boolean("protect", raw.get("protect", False)),
+    )
+    _check_quotas(settings)
+    multikueue = _parse_multikueue(raw, settings)
+    if multikueue.enabled:
+        settings = replace(settings, multikueue=multikueue)
+    return settings
+
+
+def _parse_tpu(value: Any) -> catalog.TpuSlice:
+    obj = object_("tpu", value, ("type", "topology", "machineType"))
+    family_name = obj.get("type", "v6e")
+    if family_name not in catalog.FAMILIES:
+        raise fail("tpu.type", family_name, f"unknown TPU family; valid: {', '.join(catalog.FAMILIES)}")
+    fam = catalog.FAMILIES[family_name]
+    topology = string("tpu.topology", obj.get("topology", "4x4"), None, "expected a topology string such as 4x4")
+    machine_type = obj.get("machineType")
+    if machine_type is not None:
+        string("tpu.machineType", machine_type)
+        if fam.machine_type(machine_type) is None:
+            raise fail("tpu.machineType", machine_type,
+                       f"not a {fam.name} machine type; valid: {', '.join(m.name for m in fam.machine_types)}")
+    if topology not in fam.topologies:
+        raise fail("tpu.topology", topology, f"not a valid {fam.name} topology; valid: {', '.join(fam.topologies)}")
+    try:
+        return catalog.resolve_slice(family_name, topology, machine_type)
+    except catalog.CatalogError as err:
+        raise ConfigError(f"tpu.topology {show(topology)} is invalid: {err}") from None
+
+
+def _pool_name(key: str, value: Any) -> str:
+    return string(key, value, _POOL_NAME,
+                  "node pool names use lowercase letters, digits and hyphens, start with a letter and have at "
+                  "most 40 characters")
+
+
+def _parse_system_pool(value: Any) -> SystemPoolSettings:
+    d = SystemPoolSettings()
+    obj = object_("systemPool", value, ("name", "machineType", "nodeCount"))
+    return SystemPoolSettings(
+        name=_pool_name("systemPool.name", obj.get("name", d.name)),
+        machine_type=string("systemPool.machineType", obj.get("machineType", d.machine_type), _MACHINE_TYPE,
+                            "expected a Compute Engine machine type such as n2-standard-16"),
+        node_count=integer("systemPool.nodeCount", obj.get("nodeCount", d.node_count), minimum=1),
+    )
+
+
+def _parse_on_demand(value: Any) -> OnDemandSettings:
+    d = OnDemandSettings()
+    obj = object_("onDemand", value, ("name", "maxSlices", "reservation"))
+    reservation = obj.get("reservation")
+    if reservation is not None:
+        reservation = string("onDemand.reservation", reservation, DNS_LABEL,
+                             "expected the name of a specific Compute Engine reservation")
+    return OnDemandSettings(
+        name=_pool_name("onDemand.name", obj.get("name", d.name)),
+        max_slices=integer("onDemand.maxSlices", obj.get("maxSlices", d.max_slices)),
+        reservation=reservation,
+    )
+
+
+def _parse_flex_start(value: Any) -> FlexStartSettings:
+    d = FlexStartSettings()
+    obj = object_("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration"))
+    duration = obj.get("maxRunDuration")
+    if duration is not None:
+        string("flexStart.maxRunDuration", duration, _DURATION, 'expected seconds such as "86400s"')
+        if not 0 < int(duration[:-1]) <= MAX_RUN_DURATION_SECONDS:
+            raise fail("flexStart.maxRunDuration", duration, f"must be between 1s and {MAX_RUN_DURATION_SECONDS}s "
+                       "(7 days, the flex-start limit)")
+    return FlexStartSettings(
+        enabled=boolean("flexStart.enabled", obj.get("enabled", d.enabled)),
+        name=_pool_name("flexStart.name", obj.get("name", d.name)),
+        max_slices=integer("flexStart.maxSlices", obj.get("maxSlices", d.max_slices)),
+        max_run_duration=duration,
+    )
+
+
+def _parse_kueue(value: Any) -> KueueSettings:
+    d = KueueSettings()
+    obj = object_("kueue", value, ("version", "featureGates", "podMonitoring"))
+    version = string("kueue.version", obj.get("version", d.version), _SEMVER,
+                     "expected a Kueue chart version x.y.z such as 0.19.2")
+    gates_raw = obj.get("featureGates", dict(d.feature_gates))
+    if not isinstance(gates_raw, Mapping):
+        raise fail("kueue.featureGates", gates_raw, "expected a map of gate name to true/false, "
+                   "e.g. {ElasticJobsViaWorkloadSlices: true}")
+    gates = []
+    for name, enabled in gates_raw.items():
+        if not isinstance(name, str) or not _FEATURE_GATE.match(name):
+            raise fail("kueue.featureGates", name, "gate names are CamelCase such as ElasticJobsViaWorkloadSlices")
+        if not isinstance(enabled, bool):
+            raise fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
+        gates.append((name, enabled))
+    return KueueSettings(version=version, feature_gates=tuple(gates),
+                         pod_monitoring=boolean("kueue.podMonitoring", obj.get("podMonitoring", False)))
+
+
+def _parse_queues(value: Any) -> QueueSettings:
+    d = QueueSettings()
+    obj = object_("queues", value, (
+        "clusterQueue", "localQueues", "namespaceLabels", "quotas", "capFlexStart", "workerRequest", "headRequest",
+    ))
+    cluster_queue = string("queues.clusterQueue", obj.get("clusterQueue", d.cluster_queue), DNS_LABEL,
+                           "expected a lowercase DNS label")
+    local_raw = obj.get("localQueues")
+    local_queues = d.local_queues
+    if local_raw is not None:
+        if not isinstance(local_raw, list) or not local_raw:
+            raise fail("queues.localQueues", local_raw, "expected a non-empty list of {namespace, name}")
+        parsed: list[LocalQueueSettings] = []
+        for i, entry in enumerate(local_raw):
+            key = f"queues.localQueues[{i}]"
+            item = object_(key, entry, ("namespace", "name"))
+            queue = LocalQueueSettings(
+                namespace=string(f"{key}.namespace", item.get("namespace", "default"), DNS_LABEL,
+                                 "expected a Kubernetes namespace name"),
+                name=string(f"{key}.name", item.get("name"), DNS_LABEL, "expected a lowercase DNS label"),
+            )
+            if queue in parsed:
+                raise fail(key, f"{queue.namespace}/{queue.name}", "local queues must be unique")
+            parsed.append(queue)
+        local_queues = tuple(parsed)
+    labels_raw = obj.get("namespaceLabels")
+    namespace_labels = None
+    if labels_raw is not None:
+        if not isinstance(labels_raw, Mapping) or not labels_raw:
+            raise fail("queues.namespaceLabels", labels_raw,
+                       "expected a non-empty map of label to value (leave it out to admit every namespace)")
+        for k, v in labels_raw.items():
+            string("queues.namespaceLabels", k, _LABEL_KEY, "expected a Kubernetes label key")
+            string(f"queues.namespaceLabels.{k}", v, _LABEL_VALUE, "expected a Kubernetes label value (a string)")
+        namespace_labels = tuple(sorted(labels_raw.items()))
+    quotas = object_("queues.quotas", obj.get("quotas"), ("system", "onDemand"))
+    return QueueSettings(
+        cluster_queue=cluster_queue,
+        local_queues=local_queues,
+        namespace_labels=namespace_labels,
+        system_quota=resources("queues.quotas.system", quotas.get("system"), d.system_quota),
+        on_demand_quota=(resources("queues.quotas.onDemand", quotas["onDemand"], Resources(0, 0))
+                         if quotas.get("onDemand") is not None else None),
+        cap_flex_start=boolean("queues.capFlexStart", obj.get("capFlexStart", d.cap_flex_start)),
+        worker_request=resources("queues.workerRequest", obj.get("workerRequest"), d.worker_request),
+        head_request=resources("queues.headRequest", obj.get("headRequest"), d.head_request),
+    )
+
+
+_WORKER_OVERRIDES = ("tpu", "onDemand", "flexStart")
+
+
+def _parse_multikueue(raw: Mapping[str, Any], stack: Settings) -> MultiKueueSettings:
+    """Manager and workers; each worker is the stack's settings with its own name, zone and optional overrides."""
+    obj = object_("multikueue", raw.get("multikueue"), ("enabled", "manager", "workers"))
+    if not boolean("multikueue.enabled", obj.get("enabled", False)):
+        return MultiKueueSettings()
+    if stack.kueue.elastic_jobs:
+        raise fail("kueue.featureGates.ElasticJobsViaWorkloadSlices", True,
+                   "MultiKueue does not support elastic jobs; set it to false in a multikueue stack")
+
+    manager_raw = object_("multikueue.manager", obj.get("manager"), ("clusterName", "location", "autopilot"))
+    autopilot = boolean("multikueue.manager.autopilot", manager_raw.get("autopilot", True))
+    manager_location = manager_raw.get("location", stack.region)
+    pattern, allowed = ((_REGION, "an Autopilot manager needs a region such as europe-west4") if autopilot else
+                        (_ZONE, "a Standard manager needs a zone such as europe-west4-a"))
+    manager = ManagerSettings(
+        cluster_name=string("multikueue.manager.clusterName",
+                            manager_raw.get("clusterName", f"{stack.cluster_name[:32]}-manager"), _CLUSTER_NAME,
+                            "a GKE cluster name (lowercase letters, digits, hyphens, at most 40 characters)"),
+        location=string("multikueue.manager.location", manager_location, pattern, allowed),
+        autopilot=autopilot,
+    )
+
+    workers_raw = obj.get("workers")
+    if not isinstance(workers_raw, list) or not workers_raw:
+        raise fail("multikueue.workers", workers_raw, "expected a list of {name, location} (1 to 20 workers)")
+    if len(workers_raw) > MAX_WORKERS:
+        raise fail("multikueue.workers", f"{len(workers_raw)} workers",
+                   f"MultiKueueConfig accepts at most {MAX_WORKERS} clusters")
+    workers: list[WorkerSettings] = []
+    for i, entry in enumerate(workers_raw):
+        key = f"multikueue.workers[{i}]"
+        item = object_(key, entry, ("name", "location", *_WORKER_OVERRIDES))
+        name = string(f"{key}.name", item.get("name"), DNS_LABEL, "expected a short lowercase name such as us")
+        if any(w.name == name for w in workers):
+            raise fail(f"{key}.name", name, "worker names must be unique")
+        worker_raw = {k: v for k, v in raw.items() if k != "multikueue"}
+        worker_raw.update({k: item[k] for k in _WORKER_OVERRIDES if k in item})
+        worker_raw["clusterName"] = f"{stack.cluster_name}-{name}"
+        worker_raw["location"] = item.get("location")
+        try:
+            worker = parse_settings(worker_raw, stack.project)
+        except ConfigError as err:
+            raise ConfigError(f"{key} ({name}): {err}") from None
+        fam = worker.tpu.family
+        if worker.location in catalog.ALL_KNOWN_ZONES and worker.location not in fam.known_zones:
+            known = ", ".join(sorted(fam.known_zones))
+            raise fail(f"{key}.location", worker.location,
+                       f"{fam.name} TPUs are not offered there; known {fam.name} zones: {known}")
+        workers.append(WorkerSettings(name, worker))
+    names = [manager.cluster_name, *(w.settings.cluster_name for w in workers)]
+    if len(set(names)) != len(names):
+        raise fail("multikueue.manager.clusterName", manager.cluster_name,
+                   "must differ from every worker's cluster name")
+    return MultiKueueSettings(enabled=True, manager=manager, workers=tuple(workers))
+
+
+def _check_quotas(settings: Settings) -> None:
+    """Every quota must admit at least one slice of the configured per-host requests."""
+    q = settings.queues
+    tpu = settings.tpu
+    machine = tpu.machine
+    if not capacity.fits_host(q.worker_request, machine):
+        raise fail("queues.workerRequest", f"cpu={q.worker_request.cpu}, memory={q.worker_request.memory}",
+                   f"one TPU worker runs on one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+    head_cpu, head_mem = capacity.system_pods_per_job(q.head_request)
+    sys_cpu, sys_mem = parse_quantity(q.system_quota.cpu), parse_quantity(q.system_quota.memory)
+    if sys_cpu < head_cpu or sys_mem < head_mem:
+        raise fail("queues.quotas.system", f"cpu={q.system_quota.cpu}, memory={q.system_quota.memory}",
+                   f"must admit one Ray job's CPU pods: its head (cpu={q.head_request.cpu}, "
+                   f"memory={q.head_request.memory}) plus KubeRay's submitter and autoscaler "
+                   f"= cpu {plain(head_cpu)}, memory {plain(head_mem / 2**20)}Mi")
+    if settings.on_demand.max_slices > 0:
+        need_cpu, need_mem = capacity.slice_requests(q.worker_request, tpu)
+        quota = settings.on_demand_quota
+        od_cpu, od_mem = parse_quantity(quota.cpu), parse_quantity(quota.memory)
+        if od_cpu < need_cpu or od_mem < need_mem:
+            raise fail(
+                "queues.quotas.onDemand", f"cpu={quota.cpu}, memory={quota.memory}",
+                f"must admit one {tpu.topology} slice: {tpu.hosts_per_slice} workers x "
+                f"(cpu={q.worker_request.cpu}, memory={q.worker_request.memory}) = cpu {plain(need_cpu)}, "
+                f"memory {plain(need_mem / 2**30)}Gi",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI's config strings
+# --------------------------------------------------------------------------------------------
+
+
+_OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "multikueue"})
+
+
+def decode_config(values: Mapping[str, str]) -> dict[str, Any]:
+    """Turn the CLI's `tpu-fallback:<key>` strings into Python values (objects and booleans are JSON)."""
+    prefix = f"{PROJECT}:"
+    raw: dict[str, Any] = {}
+    for full_key, text in values.items():
+        if not full_key.startswith(prefix):
+            continue
+        key = full_key[len(prefix):]
+        if key in _OBJECT_KEYS or text in ("true", "false"):
+            try:
+                raw[key] = json.loads(text)
+            except json.JSONDecodeError:
+                raise fail(key, text, "expected a YAML/JSON object") from None
+        else:
+            raw[key] = text
+    return raw

@@ -1,0 +1,103 @@
+"""The config validation toolkit shared by both projects' parsers (infra settings and jobs). Pure Python.
+
+Every reader takes the full key path (`queues.quotas.system.cpu`, `jobs[0].count`) and raises a
+`ConfigError` whose one-line message names that key, the bad value and what is allowed:
+
+    queues.clusterQueue "Bad_Name" is invalid: expected a lowercase DNS label
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from tpu_fallback.model.quantity import Resources, parse_quantity
+
+DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class ConfigError(ValueError):
+    """Invalid stack configuration. The message names the key, the value and what is allowed."""
+
+
+def show(value: Any) -> str:
+    """A value as the error message quotes it: strings in double quotes, everything else as Python writes it."""
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{key} {show(value)} is invalid: {allowed}")
+
+
+def unknown_key(key: str, unknown: str, allowed_keys: Sequence[str]) -> ConfigError:
+    return ConfigError(f"{key}.{unknown} is not a known setting; {key} accepts: {', '.join(allowed_keys)}")
+
+
+def object_(key: str, value: Any, allowed_keys: Sequence[str]) -> Mapping[str, Any]:
+    """An object whose keys are all known; None (left out) reads as {}."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise fail(key, value, f"expected an object with keys {', '.join(allowed_keys)}")
+    unknown = sorted(set(value) - set(allowed_keys))
+    if unknown:
+        raise unknown_key(key, unknown[0], allowed_keys)
+    return value
+
+
+def string(key: str, value: Any, pattern: re.Pattern[str] | None = None, allowed: str = "") -> str:
+    if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+        raise fail(key, value, allowed or "expected a string")
+    return value
+
+
+def non_empty_string(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise fail(key, value, "expected a non-empty string")
+    return value
+
+
+def integer(key: str, value: Any, minimum: int = 0) -> int:
+    # Pulumi hands integers over as floats in some paths; accept 2.0 but not 2.5, "2" or true.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise fail(key, value, f"expected an integer >= {minimum}")
+    return value
+
+
+def boolean(key: str, value: Any) -> bool:
+    if isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    if not isinstance(value, bool):
+        raise fail(key, value, "expected true or false")
+    return value
+
+
+def quantity(key: str, value: Any, positive: bool = False) -> str | int:
+    """A Kubernetes quantity (16, "500m", "20Gi"), kept as written; negative (or, if `positive`, zero) is refused."""
+    if isinstance(value, float):  # YAML's 2.0 and 0.5; Kubernetes writes them 2 and "500m"
+        value = int(value) if value.is_integer() else str(value)
+    try:
+        amount = parse_quantity(value)
+    except ValueError as err:
+        raise fail(key, value, str(err)) from None
+    if amount < 0 or (positive and amount == 0):
+        raise fail(key, value, "must be positive" if positive else "cannot be negative")
+    return value  # type: ignore[no-any-return]
+
+
+def resources(key: str, value: Any, default: Resources, positive: bool = False) -> Resources:
+    """A {cpu, memory} object; a field left out keeps the default's."""
+    obj = object_(key, value, ("cpu", "memory"))
+    return Resources(
+        cpu=quantity(f"{key}.cpu", obj.get("cpu", default.cpu), positive),
+        memory=quantity(f"{key}.memory", obj.get("memory", default.memory), positive),
+    )
+
+
+def plain(number: Decimal) -> str:
+    """A decimal without exponent or trailing zeros, for messages (12, 4.5)."""
+    return format(number.normalize(), "f")

@@ -1,0 +1,1 @@
+"""The CrossGuard policy pack: pure checks (checks.py) and the pulumi-policy adapter (pack.py)."""

@@ -1,0 +1,28 @@
+"""The infrastructure program: config -> validated settings -> one platform (or MultiKueue) -> stack outputs."""
+
+from __future__ import annotations
+
+import pulumi
+from pulumi.runtime.config import CONFIG, get_config_env
+
+from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
+from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
+from tpu_fallback.model.settings import Settings, decode_config, parse_settings
+
+
+def load_settings() -> Settings:
+    """Read this project's config keys from the running Pulumi program and validate them."""
+    values = {**get_config_env(), **CONFIG.get()}
+    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"))
+
+
+def main() -> None:
+    """Run the infra program (__main__.py) and export its outputs."""
+    settings = load_settings()  # validates every key before any resource is registered
+    platform: TpuPlatform | MultiKueuePlatform
+    if settings.multikueue.enabled:
+        platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings))
+    else:
+        platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings))
+    for name, value in platform.outputs.exports().items():
+        pulumi.export(name, value)

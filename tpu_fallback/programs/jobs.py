@@ -1,0 +1,66 @@
+"""The jobs program: config -> StackReference(infra) -> validated jobs -> JobSubmission -> outputs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+
+from tpu_fallback.components.jobs import JobSubmission, JobSubmissionArgs
+from tpu_fallback.model import jobs as model
+from tpu_fallback.model.jobs import InfraFacts, PlannedJob
+from tpu_fallback.model.outputs import JOBS_READS, JOBS_READS_OPTIONAL
+from tpu_fallback.render.rayjob import follow_commands
+
+OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands")
+
+
+def main() -> None:
+    """Run the jobs program (jobs/__main__.py) and export its outputs."""
+    for name, value in submit_jobs().items():
+        pulumi.export(name, value)
+
+
+def submit_jobs() -> dict[str, pulumi.Output[Any]]:
+    config = pulumi.Config(model.JOBS_PROJECT)
+    infra_stack = model.parse_infra_stack(config.get("infraStack"))
+    raw_jobs = config.get("jobs")
+    jobs = model.parse_jobs(json.loads(raw_jobs) if raw_jobs else None)  # config errors before any registration
+
+    infra = pulumi.StackReference(infra_stack)
+    kubeconfig = infra.get_output("kubeconfig")  # stays a secret: only the provider sees it
+    # Read the plain outputs one by one: the whole outputs map is a secret (it holds the kubeconfig), and
+    # anything derived from it would make this stack's outputs secret too. Only the kubeconfig's presence
+    # is taken out of the secret.
+    names = [n for n in (*JOBS_READS, *JOBS_READS_OPTIONAL) if n != "kubeconfig"]
+    present = pulumi.Output.unsecret(kubeconfig.apply(lambda value: bool(value)))
+    facts_in: pulumi.Output[list[Any]] = pulumi.Output.all(present, *(infra.get_output(n) for n in names))
+
+    def build(values: list[Any]) -> dict[str, Any]:
+        # Runs once the infra stack's outputs are known; nothing else is registered before these checks.
+        outputs = dict(zip(names, values[1:], strict=True))
+        outputs["kubeconfig"] = "[present]" if values[0] else None
+        facts = InfraFacts.from_outputs(infra_stack, outputs)
+        planned = model.plan_jobs(jobs, facts)
+        JobSubmission("jobs", JobSubmissionArgs(facts, planned, kubeconfig))
+        return stack_outputs(planned)
+
+    built = facts_in.apply(build)
+    return {name: _pick(built, name) for name in OUTPUT_NAMES}
+
+
+def _pick(values: pulumi.Output[dict[str, Any]], key: str) -> pulumi.Output[Any]:
+    return values.apply(lambda v: v[key])
+
+
+def stack_outputs(jobs: tuple[PlannedJob, ...]) -> dict[str, Any]:
+    """The jobs stack's outputs: namespace, job names, queue, and how to follow each job."""
+    namespaces = list(dict.fromkeys(p.namespace for p in jobs))
+    queues = list(dict.fromkeys(f"{p.namespace}/{p.queue}" for p in jobs))
+    return {
+        "namespace": namespaces[0] if len(namespaces) == 1 else namespaces,
+        "queue": queues[0] if len(queues) == 1 else queues,
+        "jobs": [n for p in jobs for n in p.names],
+        "commands": {n: follow_commands(p.namespace, n) for p in jobs for n in p.names},
+    }

@@ -1,0 +1,1 @@
+"""Pure renderers: plain dicts for Kubernetes objects, Helm values, RayJobs and kubeconfigs. Never import Pulumi."""

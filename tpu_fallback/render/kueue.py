@@ -1,0 +1,181 @@
+"""Kueue's side of the stacks as plain dicts: Helm values, queue objects, MultiKueue objects, metrics. Pure Python.
+
+Dicts in, dicts out, so tests compare them with the tutorial's YAML and validate them against the
+real CRD schemas; the components (tpu_fallback.components) register them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
+from tpu_fallback.model.queues import COVERED_RESOURCES, FLEX_FLAVOR, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
+from tpu_fallback.model.settings import KueueSettings
+from tpu_fallback.render.files import load_template
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+DWS_CHECK, DWS_CONFIG = "dws-prov", "dws-config"
+
+
+# --------------------------------------------------------------------------------------------
+# Kueue installation
+# --------------------------------------------------------------------------------------------
+
+
+def kueue_helm_values(kueue: KueueSettings, system_pool: str | None) -> dict[str, Any]:
+    values: dict[str, Any] = load_template("kueue-values.yaml")
+    manager = values.setdefault("controllerManager", {})
+    manager["featureGates"] = [{"name": name, "enabled": enabled} for name, enabled in kueue.feature_gates]
+    manager["nodeSelector"] = {NODEPOOL_LABEL: system_pool} if system_pool else {}
+    return values
+
+
+def readiness_probe_flavor() -> dict[str, Any]:
+    """The object the readiness gate submits with a server-side dry run: it passes only through Kueue's webhooks."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"generateName": "tpu-fallback-readiness-probe-"},
+        "spec": {"nodeLabels": {"tpu-fallback/probe": "true"}},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The fallback queues
+# --------------------------------------------------------------------------------------------
+
+
+def resource_flavor(flavor: Flavor) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": flavor.name},
+        "spec": {"nodeLabels": dict(flavor.node_labels)},
+    }
+
+
+def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ClusterQueue; `admission_checks` replaces the dws-prov strategy (MultiKueue managers)."""
+    for flavor in plan.flavors:
+        if tuple(flavor.quota) != COVERED_RESOURCES:
+            raise ValueError(f"flavor {flavor.name} must list {COVERED_RESOURCES} in order, not {tuple(flavor.quota)}")
+    spec: dict[str, Any] = {
+        # {} admits every namespace; an absent selector would admit none.
+        "namespaceSelector": {"matchLabels": dict(plan.namespace_labels)} if plan.namespace_labels else {},
+        "resourceGroups": [{
+            "coveredResources": list(COVERED_RESOURCES),
+            "flavors": [
+                {"name": f.name, "resources": [{"name": r, "nominalQuota": f.quota[r]} for r in COVERED_RESOURCES]}
+                for f in plan.flavors
+            ],
+        }],
+    }
+    checks = admission_checks
+    if checks is None and plan.provisioning_check:
+        checks = [{"name": DWS_CHECK, "onFlavors": [FLEX_FLAVOR]}]
+    if checks:
+        names = {f.name for f in plan.flavors}
+        for check in checks:
+            missing = [f for f in check.get("onFlavors", []) if f not in names]
+            if missing:
+                raise ValueError(f"admission check {check['name']} refers to missing flavor(s) {missing}")
+        spec["admissionChecksStrategy"] = {"admissionChecks": checks}
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": plan.cluster_queue}, "spec": spec}
+
+
+def provisioning_request_config() -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ProvisioningRequestConfig",
+        "metadata": {"name": DWS_CONFIG},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": [TPU_RESOURCE]},
+    }
+
+
+def admission_check(name: str, controller: str, parameters_kind: str, parameters_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {
+            "controllerName": controller,
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": parameters_kind, "name": parameters_name},
+        },
+    }
+
+
+def provisioning_admission_check() -> dict[str, Any]:
+    return admission_check(DWS_CHECK, "kueue.x-k8s.io/provisioning-request", "ProvisioningRequestConfig", DWS_CONFIG)
+
+
+def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"clusterQueue": cluster_queue_name},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# MultiKueue (manager -> workers) and metrics
+# --------------------------------------------------------------------------------------------
+
+MULTIKUEUE_CHECK, MULTIKUEUE_CONFIG = "multikueue", "multikueue-config"
+MULTIKUEUE_ACCOUNT = "multikueue-sa"
+KUEUE_METRICS_PORT = 8443  # Kueue 0.19's controller serves metrics over HTTPS on :8443
+
+# What the manager's Kueue may do on a worker (Kueue's create-multikueue-kubeconfig.sh, plus the RayJob and
+# RayCluster rules of its KubeRay MultiKueue guide): create/observe the jobs it dispatches and their workloads.
+MULTIKUEUE_WORKER_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"],
+     "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs/status", "rayclusters/status"], "verbs": ["get"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+     "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
+]
+
+
+def multikueue_admission_checks() -> list[dict[str, Any]]:
+    return [{"name": MULTIKUEUE_CHECK, "onFlavors": [MULTIKUEUE_FLAVOR]}]
+
+
+def multikueue_cluster(worker: str, secret_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "MultiKueueCluster",
+        "metadata": {"name": worker},
+        "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": secret_name}}},
+    }
+
+
+def multikueue_config(workers: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "MultiKueueConfig",
+        "metadata": {"name": MULTIKUEUE_CONFIG},
+        "spec": {"clusters": list(workers)},
+    }
+
+
+def multikueue_admission_check() -> dict[str, Any]:
+    return admission_check(MULTIKUEUE_CHECK, "kueue.x-k8s.io/multikueue", "MultiKueueConfig", MULTIKUEUE_CONFIG)
+
+
+def kueue_pod_monitoring() -> dict[str, Any]:
+    """Managed Service for Prometheus scrapes Kueue's controller (its metrics endpoint is HTTPS, self-signed)."""
+    return {
+        "apiVersion": "monitoring.googleapis.com/v1",
+        "kind": "PodMonitoring",
+        "metadata": {"name": "kueue-controller-metrics", "namespace": KUEUE_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"control-plane": "controller-manager", "app.kubernetes.io/name": "kueue"}},
+            "endpoints": [{"port": KUEUE_METRICS_PORT, "scheme": "https", "interval": "30s",
+                           "tls": {"insecureSkipVerify": True}}],
+        },
+    }

@@ -1,0 +1,93 @@
+"""RayJobs as plain dicts, from the tutorial's template and the jobs planned against the infra stack. Pure Python."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tpu_fallback.model import catalog
+from tpu_fallback.model.jobs import InfraFacts, PlannedJob
+from tpu_fallback.model.labels import (
+    ACCELERATOR_LABEL,
+    ELASTIC_ANNOTATION,
+    NODEPOOL_LABEL,
+    QUEUE_LABEL,
+    TOPOLOGY_LABEL,
+    TPU_RESOURCE,
+)
+from tpu_fallback.model.quantity import Resources
+from tpu_fallback.render.files import load_template
+
+SCRIPT_CONFIGMAP = "jax-train-script"  # the template mounts it at /app
+
+
+def training_env(planned: PlannedJob, infra: InfraFacts) -> dict[str, str]:
+    """The environment the training script (tpu_fallback/training/train.py) reads its ScalingConfig from."""
+    fam = catalog.FAMILIES.get(str(infra.tpu["type"]))
+    return {
+        "TPU_FALLBACK_NUM_WORKERS": str(planned.replicas * infra.hosts_per_slice),
+        "TPU_FALLBACK_CHIPS_PER_WORKER": str(infra.chips_per_host),
+        "TPU_FALLBACK_TOPOLOGY": str(infra.tpu["topology"]),
+        "TPU_FALLBACK_ACCELERATOR_TYPE": fam.ray_accelerator_type if fam else f"TPU-{str(infra.tpu['type']).upper()}",
+        **dict(planned.spec.env),
+    }
+
+
+def rayjob(planned: PlannedJob, copy_name: str, infra: InfraFacts) -> dict[str, Any]:
+    """One RayJob (ray.io/v1) from the tutorial's template."""
+    job = planned.spec
+    obj: dict[str, Any] = load_template("rayjob-template.yaml")
+    obj["metadata"] = {"name": copy_name, "namespace": planned.namespace, "labels": {QUEUE_LABEL: planned.queue}}
+    spec = obj["spec"]
+    spec["entrypoint"] = job.entrypoint
+    spec["runtimeEnvYAML"] = yaml.safe_dump({"pip": list(job.pip)}, sort_keys=False, default_flow_style=False)
+    env = [{"name": k, "value": v} for k, v in training_env(planned, infra).items()]
+
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    head["nodeSelector"] = {NODEPOOL_LABEL: infra.system_pool}
+    head_container = head["containers"][0]
+    head_container["image"] = job.image
+    head_container["resources"] = _resources(job.head_request)
+    head_container["env"] = env  # the entrypoint (the Ray driver) runs on the head
+
+    group = spec["rayClusterSpec"]["workerGroupSpecs"][0]
+    group["replicas"] = planned.replicas
+    group["numOfHosts"] = infra.hosts_per_slice
+    worker = group["template"]["spec"]
+    worker["nodeSelector"] = {ACCELERATOR_LABEL: str(infra.tpu["acceleratorLabel"]),
+                              TOPOLOGY_LABEL: str(infra.tpu["topology"])}
+    worker_container = worker["containers"][0]
+    worker_container["image"] = job.image
+    worker_container["resources"] = _resources(job.worker_request, tpu=infra.chips_per_host)
+    worker_container["env"] = env
+
+    if job.elastic is not None:
+        # Kueue rejects enableInTreeAutoscaling on a queued RayJob unless it is marked elastic.
+        obj["metadata"]["annotations"] = {ELASTIC_ANNOTATION: "true"}
+        spec["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+        group["minReplicas"] = job.elastic.min_replicas
+        group["maxReplicas"] = job.elastic.max_replicas
+    return obj
+
+
+def _resources(requests: Resources, tpu: int | None = None) -> dict[str, Any]:
+    amounts: dict[str, str] = {"cpu": str(requests.cpu)}
+    if tpu is not None:
+        amounts[TPU_RESOURCE] = str(tpu)
+    amounts["memory"] = str(requests.memory)
+    return {"limits": dict(amounts), "requests": dict(amounts)}
+
+
+def follow_commands(namespace: str, name: str) -> dict[str, str]:
+    """kubectl commands to follow one job: its Kueue workload (and flavor), its logs, its dashboard."""
+    return {
+        "workload": (
+            f"kubectl -n {namespace} get workloads.kueue.x-k8s.io -o custom-columns="
+            "NAME:.metadata.name,ADMITTED:.status.conditions[?(@.type==\\\"Admitted\\\")].status,"
+            "FLAVORS:.status.admission.podSetAssignments[*].flavors "
+            f"| grep -E '^(NAME|rayjob-{name}-)'"
+        ),
+        "logs": f"kubectl -n {namespace} logs -f job/{name}",
+        "dashboard": f"kubectl -n {namespace} port-forward service/{name}-head-svc 8265:8265",
+    }
