@@ -49,7 +49,7 @@ class FallbackQueues(pulumi.ComponentResource):
             "cluster-queue", render.cluster_queue(plan, args.admission_checks), [*flavors, *checks]
         )
 
-        namespaces = self._namespaces(name, plan, args.ready)
+        namespaces = self._namespaces(name, plan)
         self.local_queues = [
             custom(
                 f"local-queue-{namespace}-{queue}",
@@ -60,7 +60,7 @@ class FallbackQueues(pulumi.ComponentResource):
         ]
         self.register_outputs({"clusterQueue": plan.cluster_queue})
 
-    def _namespaces(self, name: str, plan: QueuePlan, ready: pulumi.Resource) -> dict[str, pulumi.Resource]:
+    def _namespaces(self, name: str, plan: QueuePlan) -> dict[str, pulumi.Resource]:
         """Create the local queues' namespaces (except `default`); label existing ones if the queue needs it."""
         out: dict[str, pulumi.Resource] = {}
         labels = plan.namespace_labels or {}
