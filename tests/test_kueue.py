@@ -135,7 +135,8 @@ def test_on_demand_tpu_quota_is_derived_from_the_pool(overrides: dict[str, Any],
     run = infra("dev", overrides)
     cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
     on_demand = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "on-demand")
-    assert {r["name"]: r["nominalQuota"] for r in on_demand["resources"]}["google.com/tpu"] == chips
+    tpu_quota = {r["name"]: r["nominalQuota"] for r in on_demand["resources"]}["google.com/tpu"]
+    assert parse_quantity(tpu_quota) == chips
 
 
 def test_more_on_demand_slices_select_pools_by_plan_label() -> None:
@@ -150,8 +151,19 @@ def test_capped_flex_start_quota_is_plan_b_capacity() -> None:
     run = infra("prod")  # capFlexStart: true, 4 flex-start slices of v6e 4x4
     cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
     dws = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "dws")
-    quota = {r["name"]: r["nominalQuota"] for r in dws["resources"]}
-    assert quota == {"cpu": 4 * 4 * 180, "memory": f"{4 * 4 * 720}Gi", "google.com/tpu": 4 * 16}
+    quota = {r["name"]: parse_quantity(r["nominalQuota"]) for r in dws["resources"]}
+    assert quota == {"cpu": 4 * 4 * 180, "memory": 4 * 4 * 720 * 2**30, "google.com/tpu": 4 * 16}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "global"])
+def test_quotas_go_out_as_canonical_quantity_strings(stack: str) -> None:
+    # Kueue's webhook stores quotas as Go's resource.Quantity prints them; anything else is updated on every up.
+    from tpu_fallback.model.quantity import canonical_quantity
+
+    queues = [o for o in kueue_objects(infra(stack)) if o["kind"] == "ClusterQueue"]
+    quotas = [r["nominalQuota"] for cq in queues for g in cq["spec"]["resourceGroups"] for f in g["flavors"]
+              for r in f["resources"]]
+    assert quotas and all(isinstance(q, str) and canonical_quantity(q) == q for q in quotas), quotas
 
 
 def test_flex_start_disabled_leaves_a_working_queue() -> None:

@@ -1,5 +1,5 @@
 """The package's layers hold: pure modules import no Pulumi, each layer imports only those below it,
-no code edits sys.path, and tools/ never imports tests/."""
+no code edits the import path, and tools/ never imports tests/."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def project_python_files() -> list[Path]:
 
 
 def test_no_code_edits_sys_path() -> None:
-    offenders = [str(p.relative_to(REPO_ROOT)) for p in project_python_files()
-                 if "sys.path" in p.read_text() and p != Path(__file__)]
+    needle = ".".join(("sys", "path"))  # spelled so that `git grep` for it finds no project code, this file included
+    offenders = [str(p.relative_to(REPO_ROOT)) for p in project_python_files() if needle in p.read_text()]
     assert not offenders
 
 

@@ -37,3 +37,34 @@ class Resources:
 
     cpu: str | int
     memory: str | int
+
+
+_DECIMAL_SUFFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E", -3: "m", -6: "u", -9: "n"}
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def canonical_quantity(value: object) -> str:
+    """The quantity as Kubernetes writes it back (Go's resource.Quantity.String): 10 -> "10", 1000000000 -> "1G",
+    "1000Mi" -> "1000Mi", "2048Mi" -> "2Gi", 0.5 -> "500m", "1e9" -> "1e9".
+
+    Sending this form makes the stored object equal to what Pulumi sent, so a second `pulumi up` is a no-op.
+    """
+    amount = parse_quantity(value)
+    if amount == 0:
+        return "0"
+    suffix = _QUANTITY.match(str(value).strip()).group(2) or ""  # type: ignore[union-attr]  # parsed above
+    exponent_form = isinstance(value, str) and ("e" in value.lower()) and not suffix
+    binary = suffix.endswith("i") and abs(amount) >= 1024 and amount == amount.to_integral_value()
+    if binary:
+        number, power = int(amount), 0
+        while number % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            number, power = number // 1024, power + 1
+        return f"{number}{_BINARY_SUFFIXES[power]}"
+    sign, digits, exp = amount.normalize().as_tuple()
+    mantissa = int("".join(map(str, digits))) * (-1 if sign else 1)
+    exponent = int(exp)
+    remainder = exponent % 3  # exponents are multiples of 3, the mantissa an integer
+    mantissa, exponent = mantissa * 10**remainder, exponent - remainder
+    if not exponent_form and exponent in _DECIMAL_SUFFIXES:
+        return f"{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+    return f"{mantissa}e{exponent}" if exponent else str(mantissa)

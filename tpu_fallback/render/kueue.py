@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
+from tpu_fallback.model.quantity import canonical_quantity
 from tpu_fallback.model.queues import COVERED_RESOURCES, FLEX_FLAVOR, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
 from tpu_fallback.model.settings import KueueSettings
 from tpu_fallback.render.files import load_template
@@ -57,7 +58,11 @@ def resource_flavor(flavor: Flavor) -> dict[str, Any]:
 
 
 def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The ClusterQueue; `admission_checks` replaces the dws-prov strategy (MultiKueue managers)."""
+    """The ClusterQueue; `admission_checks` replaces the dws-prov strategy (MultiKueue managers).
+
+    Quotas go out in the canonical form Kueue's webhook writes back ("10", "1G"): integers would be stored as
+    strings and every later `pulumi up` would update the ClusterQueue.
+    """
     for flavor in plan.flavors:
         if tuple(flavor.quota) != COVERED_RESOURCES:
             raise ValueError(f"flavor {flavor.name} must list {COVERED_RESOURCES} in order, not {tuple(flavor.quota)}")
@@ -67,7 +72,8 @@ def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None
         "resourceGroups": [{
             "coveredResources": list(COVERED_RESOURCES),
             "flavors": [
-                {"name": f.name, "resources": [{"name": r, "nominalQuota": f.quota[r]} for r in COVERED_RESOURCES]}
+                {"name": f.name,
+                 "resources": [{"name": r, "nominalQuota": canonical_quantity(f.quota[r])} for r in COVERED_RESOURCES]}
                 for f in plan.flavors
             ],
         }],
