@@ -16,6 +16,7 @@ CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
+SERVICE = "gcp:projects/service:Service"
 
 
 def pool(run: ProgramRun, name: str) -> dict[str, Any]:
@@ -39,12 +40,19 @@ def test_dev_graph_holds_exactly_the_tutorial_cloud_resources(dev: ProgramRun) -
         (ACCOUNT, "tpu-cluster-nodes"),
         (IAM_MEMBER, "roles/container.defaultNodeServiceAccount"),
         (IAM_MEMBER, "roles/artifactregistry.reader"),
+        # Beyond the tutorial's gcloud commands: what a fresh project needs for image streaming with a custom
+        # node service account (GKE "Use Image streaming", requirements).
+        (IAM_MEMBER, "roles/serviceusage.serviceUsageConsumer"),
+        (SERVICE, ""), (SERVICE, ""), (SERVICE, ""),
     ])
+    assert sorted(r.inputs["service"] for r in dev.of_type(SERVICE)) == [
+        "compute.googleapis.com", "container.googleapis.com", "containerfilesystem.googleapis.com"]
 
 
 def test_cluster_flags(dev: ProgramRun) -> None:
     c = dev.one(CLUSTER).inputs
-    assert c["minMasterVersion"] == "1.34"  # --cluster-version=1.34
+    # The tutorial's --cluster-version=1.34 reached end of life on 2026-10-01: the oldest minor GKE offers now.
+    assert c["minMasterVersion"] == "1.35"
     assert c["releaseChannel"] == {"channel": "REGULAR"}
     assert c["location"] == "us-east5-b"  # --location=${ZONE}
     assert c["project"] == "my-gcp-project"
@@ -158,7 +166,7 @@ def test_tpu_output_and_pool_size_follow_the_topology() -> None:
 
 
 def test_single_host_slices_have_no_placement_policy() -> None:
-    run = infra("dev", {"tpu": {"type": "v5e", "topology": "2x2"}, "location": "us-central1-a"})
+    run = infra("dev", {"tpu": {"type": "v5e", "topology": "2x2"}, "location": "us-west4-a"})
     for name in ("on-demand-pool", "dws-pool"):
         p = pool(run, name)
         assert "placementPolicy" not in p
@@ -179,7 +187,10 @@ def test_named_reservation_and_run_duration() -> None:
         "key": "compute.googleapis.com/reservation-name",
         "values": ["my-v6e-reservation"],
     }
-    assert pool(run, "dws-pool")["nodeConfig"]["maxRunDuration"] == "86400s"
+    # Queued provisioning takes the run time from the ProvisioningRequest, not from the pool (GKE DWS docs).
+    assert "maxRunDuration" not in pool(run, "dws-pool")["nodeConfig"]
+    config = next(o for o in run.kubernetes_objects() if o["kind"] == "ProvisioningRequestConfig")
+    assert config["spec"]["parameters"] == {"maxRunDurationSeconds": "86400"}
     assert pool(run, "dws-pool")["nodeConfig"]["reservationAffinity"]["consumeReservationType"] == "NO_RESERVATION"
 
 
@@ -196,7 +207,8 @@ def test_prod_is_hardened() -> None:
     assert cluster.protect is True
     assert cluster.inputs["deletionProtection"] is True
     assert run.outputs["nodePools"]["onDemand"] == ["on-demand-pool", "on-demand-pool-2"]
-    assert pool(run, "dws-pool")["nodeConfig"]["maxRunDuration"] == "604800s"
+    config = next(o for o in run.kubernetes_objects() if o["kind"] == "ProvisioningRequestConfig")
+    assert config["spec"]["parameters"] == {"maxRunDurationSeconds": "604800"}
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [

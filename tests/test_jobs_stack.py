@@ -112,7 +112,7 @@ def test_own_provider_with_the_secret_kubeconfig(dev_jobs: ProgramRun) -> None:
 def test_jobs_follow_the_infra_tpu_without_a_jobs_config_change(tpu: dict[str, str], hosts: int, chips: str,
                                                                 accelerator: str, ray_type: str) -> None:
     quotas = {"queues": {"quotas": {"onDemand": {"cpu": 200, "memory": "400Gi"}}}}
-    run = jobs_run({"tpu": tpu, "location": "us-central1-a", **quotas})
+    run = jobs_run({"tpu": tpu, "location": "us-east5-a" if tpu["type"] == "v6e" else "us-west4-a", **quotas})
     job = rayjobs(run)[0]
     group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     worker = group["template"]["spec"]

@@ -15,6 +15,7 @@ from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 WORKERS = {"europe": "europe-west4-a", "us": "us-east5-b", "asia": "asia-northeast1-b"}
+PLAN_B_WORKERS = ("us", "asia")  # GKE offers no v6e flex-start in europe-west4-a: that worker has plan A only
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,10 @@ def test_one_manager_and_three_workers(glob: ProgramRun) -> None:
         assert clusters[f"tpu-global-{worker}"]["location"] == zone
         pools = sorted(p.inputs["name"] for p in glob.of_type(NODE_POOL)
                        if p.inputs["cluster"] == f"tpu-global-{worker}")
-        assert pools == ["default-pool", "dws-pool", "dws-pool-2", "on-demand-pool"]  # flexStart.maxSlices: 2
+        if worker in PLAN_B_WORKERS:
+            assert pools == ["default-pool", "dws-pool", "dws-pool-2", "on-demand-pool"]  # flexStart.maxSlices: 2
+        else:
+            assert pools == ["default-pool", "on-demand-pool"]
     assert not [p for p in glob.of_type(NODE_POOL) if p.inputs["cluster"] == "tpu-global-manager"]
     releases = glob.of_type("kubernetes:helm.sh/v3:Release")
     assert len(releases) == 4
@@ -60,8 +64,12 @@ def test_workers_are_full_fallback_clusters(glob: ProgramRun) -> None:
     by_cluster = {cluster_of(glob, r): obj for r, obj in queues}
     for worker in WORKERS:
         spec = by_cluster[f"tpu-global-{worker}"]["spec"]
-        assert [f["name"] for f in spec["resourceGroups"][0]["flavors"]] == ["default-cpu", "on-demand", "dws"]
-        assert spec["admissionChecksStrategy"]["admissionChecks"] == [{"name": "dws-prov", "onFlavors": ["dws"]}]
+        flavors = [f["name"] for f in spec["resourceGroups"][0]["flavors"]]
+        if worker in PLAN_B_WORKERS:
+            assert flavors == ["default-cpu", "on-demand", "dws"]
+            assert spec["admissionChecksStrategy"]["admissionChecks"] == [{"name": "dws-prov", "onFlavors": ["dws"]}]
+        else:
+            assert flavors == ["default-cpu", "on-demand"] and "admissionChecksStrategy" not in spec
 
 
 def test_manager_multikueue_objects_reference_each_other(glob: ProgramRun) -> None:
@@ -130,7 +138,7 @@ def test_each_worker_depends_only_on_its_own_cluster(glob: ProgramRun) -> None:
         platform = next(r for r in glob.resources if r.type == "tpu-fallback:platform:TpuPlatform"
                         and r.name == f"tpu-global-{worker}")
         inside = glob.children(platform, recursive=True)
-        assert len([r for r in inside if r.type == NODE_POOL]) == 4
+        assert len([r for r in inside if r.type == NODE_POOL]) == (4 if worker in PLAN_B_WORKERS else 2)
         for resource in inside:
             for name, cluster in clusters.items():
                 if name != f"tpu-global-{worker}":
@@ -185,13 +193,14 @@ def multikueue(workers: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
      ["ElasticJobsViaWorkloadSlices", "MultiKueue does not support elastic jobs"]),
     (multikueue([{"name": f"w{i}", "location": "us-east5-b"} for i in range(21)]),
      ["multikueue.workers", "21 workers", "at most 20"]),
-    (multikueue([{"name": "eu", "location": "europe-west4-a"}, {"name": "eu", "location": "us-east5-b"}]),
+    (multikueue([{"name": "eu", "location": "us-east5-a"}, {"name": "eu", "location": "us-east5-b"}]),
      ["multikueue.workers[1].name", '"eu"', "unique"]),
     (multikueue([{"name": "v4", "location": "us-central2-b"}]),
      ["multikueue.workers[0].location", '"us-central2-b"', "v6e TPUs are not offered there"]),
-    (multikueue([{"name": "r", "location": "us-east5"}]), ["multikueue.workers[0] (r)", "zone is required"]),
+    (multikueue([{"name": "r", "location": "us-east5"}]),
+     ["multikueue.workers[0].location", "(worker r)", "zone is required"]),
     ({**BASE, "multikueue": {"enabled": True, "manager": {"location": "europe-west4-a"},
-                             "workers": [{"name": "eu", "location": "europe-west4-a"}]}},
+                             "workers": [{"name": "eu", "location": "us-east5-a"}]}},
      ["multikueue.manager.location", "region"]),
 ])
 def test_guard_rails(overrides: dict[str, Any], fragments: list[str]) -> None:

@@ -13,7 +13,8 @@ from tpu_fallback.model.validation import ConfigError
 
 def test_defaults_are_the_tutorial() -> None:
     s = parse_settings({}, "proj")
-    assert (s.cluster_name, s.location, s.gke_version) == ("tpu-cluster", "us-east5-b", "1.34")
+    # The tutorial's 1.34 reached end of life on 2026-10-01 (GKE release schedule): the oldest minor still offered.
+    assert (s.cluster_name, s.location, s.gke_version) == ("tpu-cluster", "us-east5-b", "1.35")
     assert (s.tpu.family.name, s.tpu.topology, s.tpu.machine_type) == ("v6e", "4x4", "ct6e-standard-4t")
     assert (s.on_demand.name, s.on_demand.max_slices, s.on_demand.reservation) == ("on-demand-pool", 1, None)
     assert (s.flex_start.name, s.flex_start.max_slices, s.flex_start.enabled) == ("dws-pool", 1, True)
@@ -42,8 +43,8 @@ BAD: list[tuple[dict[str, Any], list[str]]] = [
     ({"clusterName": "1tpu"}, ["clusterName", '"1tpu"', "start with a letter"]),
     ({"clusterName": "a" * 41}, ["clusterName", "at most 40"]),
     ({"clusterName": "tpu_cluster"}, ["clusterName", "hyphens"]),
-    ({"gkeVersion": "1.32"}, ["gkeVersion", '"1.32"', "1.33"]),
-    ({"gkeVersion": "1.33.0-gke.1000000"}, ["gkeVersion", "1.33.0-gke.1712000"]),
+    ({"gkeVersion": "1.32"}, ["gkeVersion", '"1.32"', "no longer offers", "1.35 or later"]),
+    ({"gkeVersion": "1.34.11-gke.1209000"}, ["gkeVersion", '"1.34.11-gke.1209000"', "1.35 or later"]),
     ({"gkeVersion": "latest"}, ["gkeVersion", '"latest"']),
     ({"kueue": {"version": "0.19"}}, ["kueue.version", '"0.19"', "x.y.z"]),
     ({"kueue": {"version": "v0.19.2"}}, ["kueue.version", '"v0.19.2"']),
@@ -70,13 +71,8 @@ def test_missing_project() -> None:
         parse_settings({}, None)
 
 
-def test_flex_start_floor_does_not_apply_without_flex_start() -> None:
-    s = parse_settings({"gkeVersion": "1.31", "flexStart": {"enabled": False}}, "proj")
-    assert s.gke_version == "1.31" and not s.flex_start.active
-
-
-def test_gke_versions_at_or_above_the_floor_pass() -> None:
-    for version in ("1.33", "1.33.0-gke.1712000", "1.33.2", "1.35"):
+def test_gke_versions_at_or_above_the_oldest_offered_minor_pass() -> None:
+    for version in ("1.35", "1.35.8-gke.1036000", "1.36", "1.37.1"):
         assert parse_settings({"gkeVersion": version}, "proj").gke_version == version
 
 

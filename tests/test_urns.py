@@ -1,9 +1,9 @@
 """Nothing moves in state: every example stack keeps the URNs it had before the package move, or aliases them.
 
 tests/fixtures/urns-before-layout.json was recorded from the flat `components/` layout (commit "URN fixture of
-every example stack, recorded before the package move"). A resource whose URN is not in it must carry an alias
-to a URN that the fixture has and the program no longer registers; otherwise an existing stack would delete
-and recreate it.
+every example stack, recorded before the package move"). Every URN in it must still be registered, or be the
+alias of a resource that is; otherwise an existing stack would delete and recreate that resource. New
+resources (added since) are allowed: `pulumi preview` shows them as creates.
 """
 
 from __future__ import annotations
@@ -21,13 +21,19 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "urns-before-layout.json"
 # The renames this layout made on purpose: IAM members are named after the whole role (two roles ending in the
 # same word, e.g. ".../reader", collided before), each with an alias to its old name.
 RENAMED_TYPES = {"gcp:projects/iAMMember:IAMMember"}
+GLOBAL_MULTIKUEUE = {"enabled": True, "manager": {"location": "europe-west4", "autopilot": True}}
 
 
 @cache
 def _runs() -> dict[str, ProgramRun]:
     jobs = REPO_ROOT / "jobs"
     return {
-        **{f"infra/{stack}": infra(stack) for stack in ("dev", "prod", "global")},
+        **{f"infra/{stack}": infra(stack) for stack in ("dev", "prod")},
+        # As the stack file was when the fixture was recorded: the europe worker had a plan B, which GKE does not
+        # offer there (the example now leaves it out); allowUnlistedZone renders it anyway.
+        "infra/global": infra("global", {"multikueue": {**GLOBAL_MULTIKUEUE, "workers": [
+            {"name": "europe", "location": "europe-west4-a", "flexStart": {"maxSlices": 2, "allowUnlistedZone": True}},
+            {"name": "us", "location": "us-east5-b"}, {"name": "asia", "location": "asia-northeast1-b"}]}}),
         "jobs/dev": run_program(jobs, "dev", stack_references=infra_references(jobs, "dev")),
     }
 
@@ -50,14 +56,13 @@ def test_every_urn_is_kept_or_aliased(label: str) -> None:
     new = [r for urn, r in now.items() if urn not in before]
     aliased = {alias_urn(r, a): r.urn for r in new for a in r.options.get("aliases", [])}
     assert not gone - set(aliased), f"URNs that would be deleted: {sorted(gone - set(aliased))}"
-    unaliased = [r.urn for r in new if not any(alias_urn(r, a) in gone for a in r.options.get("aliases", []))]
-    assert not unaliased, f"new URNs without an alias to an old one: {unaliased}"
+    assert set(aliased) <= gone, "an alias points at a URN the program still registers"
     assert {now[urn].type for urn in aliased.values()} <= RENAMED_TYPES
 
 
 def test_the_iam_rename_is_aliased_one_to_one() -> None:
     dev = _runs()["infra/dev"]
-    members = dev.of_type("gcp:projects/iAMMember:IAMMember")
+    members = [m for m in dev.of_type("gcp:projects/iAMMember:IAMMember") if m.options["aliases"]]
     assert sorted(m.name for m in members) == [
         "tpu-cluster-nodes-artifactregistry-reader", "tpu-cluster-nodes-container-defaultNodeServiceAccount"]
     assert sorted(a["name"] for m in members for a in m.options["aliases"]) == [

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from tpu_fallback.model.labels import ROLE_LABEL
-from tpu_fallback.model.settings import SystemPoolSettings
+from tpu_fallback.model.settings import MaintenanceSettings, NetworkSettings, SystemPoolSettings
 from tpu_fallback.render.kubeconfig import gke_exec_kubeconfig
 
-# The minimal roles of a node service account (GKE hardening guide) plus image pulls from Artifact Registry.
-NODE_SERVICE_ACCOUNT_ROLES = ("roles/container.defaultNodeServiceAccount", "roles/artifactregistry.reader")
+# The minimal roles of a node service account (GKE hardening guide), image pulls from Artifact Registry, and
+# serviceusage.services.use, which image streaming needs with a custom node service account (GKE "Use Image
+# streaming", requirements; terraform-google-kubernetes-engine #2251 / #2262).
+NODE_SERVICE_ACCOUNT_ROLES = (
+    "roles/container.defaultNodeServiceAccount",
+    "roles/artifactregistry.reader",
+    "roles/serviceusage.serviceUsageConsumer",
+)
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -25,13 +33,12 @@ class GkeClusterArgs:
     gke_version: str
     system_pool: SystemPoolSettings | None  # None: no CPU pool (Autopilot provisions nodes itself)
     deletion_protection: bool
+    node_account_id: str  # unique among the stack's clusters (settings.node_account_ids)
     protect: bool = False
     autopilot: bool = False  # a MultiKueue manager runs no TPU work: Autopilot suits it
-
-
-def node_service_account_id(cluster_name: str) -> str:
-    """A service account id (6-30 chars) derived from the cluster name."""
-    return f"{cluster_name[:23].rstrip('-')}-nodes"
+    maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs everything here waits for
 
 
 def iam_member_name(prefix: str, role: str) -> str:
@@ -39,8 +46,42 @@ def iam_member_name(prefix: str, role: str) -> str:
     return f"{prefix}-{role.removeprefix('roles/').replace('.', '-')}"
 
 
-def _legacy_iam_member_name(name: str, role: str) -> str:
-    return f"{name}-nodes-{role.split('/')[-1].split('.')[-1]}"
+def _legacy_aliases(name: str, role: str) -> list[pulumi.Alias]:
+    """Until 2026-12 the first two roles' members were named after the role's last word; keep their state."""
+    if role not in NODE_SERVICE_ACCOUNT_ROLES[:2]:
+        return []
+    return [pulumi.Alias(name=f"{name}-nodes-{role.split('/')[-1].split('.')[-1]}")]
+
+
+def maintenance_policy(maintenance: MaintenanceSettings) -> dict[str, Any]:
+    """A daily window and, by default, no minor or node upgrades until the minor version's end of support
+    (cluster-toolkit's gke-tpu-v6e blueprints): upgrades would recreate a multi-host slice mid-training.
+    Control-plane patches still apply."""
+    policy: dict[str, Any] = {"daily_maintenance_window": {"start_time": maintenance.daily_window_start}}
+    if maintenance.exclusion:
+        policy["maintenance_exclusions"] = [{
+            "exclusion_name": "tpu-fallback-" + maintenance.exclusion.lower().replace("_", "-"),
+            "start_time": maintenance.exclusion_start,
+            "exclusion_options": {"scope": maintenance.exclusion, "end_time_behavior": "UNTIL_END_OF_SUPPORT"},
+        }]
+    return policy
+
+
+def network_arguments(network: NetworkSettings) -> dict[str, Any]:
+    """VPC, private nodes and control-plane authorized networks; nothing set keeps GKE's defaults."""
+    arguments: dict[str, Any] = {}
+    if network.network:
+        arguments["network"] = network.network
+    if network.subnetwork:
+        arguments["subnetwork"] = network.subnetwork
+    if network.private_nodes:
+        arguments["private_cluster_config"] = {"enable_private_nodes": True}
+    if network.authorized_networks:
+        arguments["master_authorized_networks_config"] = {
+            "cidr_blocks": [{"cidr_block": cidr, "display_name": f"authorized-{i + 1}"}
+                            for i, cidr in enumerate(network.authorized_networks)],
+        }
+    return arguments
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -57,9 +98,9 @@ class GkeCluster(pulumi.ComponentResource):
         self.node_service_account = gcp.serviceaccount.Account(
             f"{name}-nodes",
             project=args.project,
-            account_id=node_service_account_id(args.cluster_name),
+            account_id=args.node_account_id,
             display_name=f"GKE nodes of {args.cluster_name}",
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.apis)),
         )
         member = self.node_service_account.email.apply(lambda email: f"serviceAccount:{email}")
         role_bindings = [
@@ -68,9 +109,8 @@ class GkeCluster(pulumi.ComponentResource):
                 project=args.project,
                 role=role,
                 member=member,
-                # Named after the role's last word until 2026-12; the alias keeps existing stacks' bindings.
                 opts=pulumi.ResourceOptions(
-                    parent=self, aliases=[pulumi.Alias(name=_legacy_iam_member_name(name, role))]),
+                    parent=self, depends_on=list(args.apis), aliases=_legacy_aliases(name, role)),
             )
             for role in NODE_SERVICE_ACCOUNT_ROLES
         ]
@@ -100,8 +140,10 @@ class GkeCluster(pulumi.ComponentResource):
             release_channel={"channel": "REGULAR"},
             addons_config={"ray_operator_configs": [{"enabled": True}]},
             deletion_protection=args.deletion_protection,
+            maintenance_policy=maintenance_policy(args.maintenance),
+            **network_arguments(args.network),
             # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings, protect=args.protect),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*role_bindings, *args.apis], protect=args.protect),
             **mode,
         )
 

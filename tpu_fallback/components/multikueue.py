@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,7 @@ class WorkerAccess(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class MultiKueuePlatformArgs:
     settings: Settings  # validated settings with multikueue enabled
+    apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs every cluster waits for
 
 
 class MultiKueuePlatform(pulumi.ComponentResource):
@@ -117,7 +119,7 @@ class MultiKueuePlatform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         # Workers: full plan A / plan B clusters, each depending only on its own cluster.
-        self.workers = {w.name: TpuPlatform(w.settings.cluster_name, TpuPlatformArgs(w.settings), opts=child)
+        self.workers = {w.name: TpuPlatform(w.settings.cluster_name, TpuPlatformArgs(w.settings, args.apis), opts=child)
                         for w in mk.workers}
 
         manager = mk.manager
@@ -130,8 +132,13 @@ class MultiKueuePlatform(pulumi.ComponentResource):
                 gke_version=settings.gke_version,
                 system_pool=None if manager.autopilot else settings.system_pool,
                 deletion_protection=settings.deletion_protection,
+                node_account_id=manager.node_account_id,
                 protect=settings.protect,
                 autopilot=manager.autopilot,
+                # The manager runs no TPU slices: a maintenance window, but no upgrade exclusion.
+                maintenance=dataclasses.replace(settings.maintenance, exclusion=None),
+                network=settings.network,
+                apis=args.apis,
             ),
             opts=child,
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -22,6 +24,7 @@ from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_pod_monitoring
 @dataclass(frozen=True)
 class TpuPlatformArgs:
     settings: Settings  # validated settings of this cluster (the stack's, or one MultiKueue worker's)
+    apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs the cluster waits for
 
 
 class TpuPlatform(pulumi.ComponentResource):
@@ -49,12 +52,16 @@ class TpuPlatform(pulumi.ComponentResource):
                 gke_version=settings.gke_version,
                 system_pool=settings.system_pool,
                 deletion_protection=settings.deletion_protection,
+                node_account_id=settings.node_account_id,
                 protect=settings.protect,
+                maintenance=settings.maintenance,
+                network=settings.network,
+                apis=args.apis,
             ),
             opts=child,
         )
         # Both plans depend on the cluster only, never on each other, so GKE creates them in parallel.
-        def plan_args(plan: str, base_name: str, max_slices: int, **extra: str | None) -> TpuNodePoolArgs:
+        def plan_args(plan: str, base_name: str, max_slices: int, **extra: Any) -> TpuNodePoolArgs:
             return TpuNodePoolArgs(
                 project=settings.project,
                 cluster_name=self.cluster.cluster.name,
@@ -64,6 +71,7 @@ class TpuPlatform(pulumi.ComponentResource):
                 tpu=settings.tpu,
                 max_slices=max_slices,
                 node_service_account=self.cluster.node_service_account.email,
+                secure_boot=settings.secure_boot,
                 **extra,
             )
 
@@ -75,7 +83,7 @@ class TpuPlatform(pulumi.ComponentResource):
         ) if on_demand.max_slices > 0 else None
         self.flex_start = TpuNodePool(
             f"{name}-plan-b",
-            plan_args(FLEX_START, flex.name, flex.max_slices, max_run_duration=flex.max_run_duration),
+            plan_args(FLEX_START, flex.name, flex.max_slices),
             opts=child,
         ) if flex.active else None
 

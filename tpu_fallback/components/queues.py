@@ -43,7 +43,7 @@ class FallbackQueues(pulumi.ComponentResource):
         flavors = [custom(f"flavor-{f.name}", render.resource_flavor(f), []) for f in plan.flavors]
         checks: list[pulumi.Resource] = []
         if plan.provisioning_check and args.admission_checks is None:
-            config = custom("dws-config", render.provisioning_request_config(), [])
+            config = custom("dws-config", render.provisioning_request_config(plan), [])
             checks.append(custom("dws-prov", render.provisioning_admission_check(), [config]))
         self.cluster_queue = custom(
             "cluster-queue", render.cluster_queue(plan, args.admission_checks), [*flavors, *checks]

@@ -25,7 +25,7 @@ class TpuNodePoolArgs:
     max_slices: int
     node_service_account: pulumi.Input[str]
     reservation: str | None = None  # on-demand only: a specific reservation to consume
-    max_run_duration: str | None = None  # flex-start only
+    secure_boot: bool = True  # Shielded VM secure boot (changing it replaces the pools: GKE cannot update it)
 
 
 class TpuNodePool(pulumi.ComponentResource):
@@ -39,7 +39,10 @@ class TpuNodePool(pulumi.ComponentResource):
         self.shapes = pool_layout(args.base_name, args.tpu, args.max_slices)
         self.pools = [
             gcp.container.NodePool(
-                f"{name}-{shape.name}", **_pool_arguments(args, shape), opts=pulumi.ResourceOptions(parent=self)
+                f"{name}-{shape.name}", **_pool_arguments(args, shape),
+                # initialNodeCount forces a new pool, and GKE reports a manually resized pool's count there:
+                # never replace a running TPU pool over it.
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
             )
             for shape in self.shapes
         ]
@@ -72,6 +75,7 @@ def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
         "gcfs_config": {"enabled": True},
         "labels": labels,
         "reservation_affinity": reservation,
+        "shielded_instance_config": {"enable_secure_boot": args.secure_boot, "enable_integrity_monitoring": True},
     }
     autoscaling: dict[str, Any] = {"min_node_count": 0, "max_node_count": shape.max_nodes}
     arguments: dict[str, Any] = {
@@ -88,8 +92,8 @@ def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
         arguments["placement_policy"] = {"type": "COMPACT", "tpu_topology": args.tpu.topology}
     if flex:
         node_config["flex_start"] = True
-        if args.max_run_duration:
-            node_config["max_run_duration"] = args.max_run_duration
+        # No node_config.max_run_duration: with queued provisioning GKE takes the run time from the
+        # ProvisioningRequest's maxRunDurationSeconds (the dws-config parameters, render/kueue.py).
         autoscaling["location_policy"] = "ANY"
         arguments["queued_provisioning"] = {"enabled": True}
         # Queued nodes must not be repaired away mid-run; release channels require auto-upgrade.

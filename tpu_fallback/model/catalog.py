@@ -1,13 +1,18 @@
-"""The Cloud TPU catalog: families, machine types, topologies and what they imply.
+"""The Cloud TPU catalog: families, machine types, topologies, zones and what they imply.
 
 Pure Python (no Pulumi) so that node counts, Kueue quotas and RayJob shapes can all be derived
-from one description and tested directly. Facts: the GKE TPU documentation ("Plan TPUs in GKE", "About TPUs in GKE").
+from one description and tested directly. Every fact carries its source; the zone tables are dated
+(as read on CATALOG_DATE) because Google adds zones: a zone missing here is refused with a message
+saying how to proceed, never silently.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+
+CATALOG_DATE = "2026-12-01"
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,17 @@ class TpuFamily:
     accelerator_label: str  # value of the node label cloud.google.com/gke-tpu-accelerator
     ray_accelerator_type: str  # Ray Train's ScalingConfig.accelerator_type
     machine_types: tuple[MachineType, ...]
-    supports_flex_start: bool
-    # Zones where GKE offers the family (not exhaustive: used to reject zones known to lack it).
+    # Zones where the family is offered on demand (Cloud TPU "TPU regions and zones"; not exhaustive: used to
+    # reject zones known to lack it).
     known_zones: frozenset[str]
+    # Zones where GKE offers the family with flex-start (GKE "About flex-start provisioning mode", TPU section:
+    # "Flex-start supports the following version and zones"); empty: the family has no flex-start.
+    flex_start_zones: frozenset[str]
+    topology_rule: str = ""  # how the valid multi-host topologies are formed, for error messages
+
+    @property
+    def supports_flex_start(self) -> bool:
+        return bool(self.flex_start_zones)
 
     @property
     def topologies(self) -> tuple[str, ...]:
@@ -41,6 +54,10 @@ class TpuFamily:
             for topology in machine.topologies:
                 seen.setdefault(topology)
         return tuple(seen)
+
+    def describe_topologies(self) -> str:
+        """The valid topologies for a message: the list, or the rule where there are hundreds."""
+        return self.topology_rule or ", ".join(self.topologies)
 
     def machine_type(self, name: str) -> MachineType | None:
         return next((m for m in self.machine_types if m.name == name), None)
@@ -91,12 +108,22 @@ def _two_d_family_machines(prefix: str, sizes: dict[int, tuple[int, int]]) -> tu
     )
 
 
-_V5P_TOPOLOGIES = (
-    "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16", "16x16x16", "16x16x24",
-)
-_V4_TOPOLOGIES = (
-    "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x12", "8x8x16", "4x16x16", "8x16x16",
-)
+def _three_d_topologies(max_cubes: int, non_decreasing: bool) -> tuple[str, ...]:
+    """v5p and v4 slices: 2x2x2, 2x2x4, 2x4x4, then AxBxC of 4x4x4 cubes (each side a multiple of 4) up to
+    `max_cubes` cubes - the rule of Google's xpk (src/xpk/core/system_characteristics.py,
+    generate_tpu_topologies) and cluster-toolkit (pkg/config/hardware.go: ct5p maxCubes 140, ct4 64)."""
+    sides = range(4, 257, 4)
+    big = [
+        (a, b, c) for a, b, c in itertools.product(sides, repeat=3)
+        if (a // 4) * (b // 4) * (c // 4) <= max_cubes and (not non_decreasing or a <= b <= c)
+    ]
+    return ("2x2x2", "2x2x4", "2x4x4", *(f"{a}x{b}x{c}" for a, b, c in sorted(big, key=lambda t: (math.prod(t), t))))
+
+
+_V5P_TOPOLOGIES = _three_d_topologies(140, non_decreasing=True)
+_V4_TOPOLOGIES = _three_d_topologies(64, non_decreasing=False)
+_THREE_D_RULE = ("2x2x1 (one host), 2x2x2, 2x2x4, 2x4x4, or AxBxC with each side a multiple of 4 and at most {} "
+                 "4x4x4 cubes{}")
 
 FAMILIES: dict[str, TpuFamily] = {
     family.name: family
@@ -105,45 +132,51 @@ FAMILIES: dict[str, TpuFamily] = {
             name="v6e",
             accelerator_label="tpu-v6e-slice",
             ray_accelerator_type="TPU-V6E",
-            # ct6e-standard-1t: 44 vCPU / 176 GiB (Compute Engine machine types list).
-            machine_types=_two_d_family_machines("ct6e-standard", {1: (44, 176), 4: (180, 720), 8: (180, 1440)}),
-            supports_flex_start=True,
+            # vCPU / memory: `gcloud compute machine-types list` (ct6e-standard-1t 44/176, -4t 180/720,
+            # -8t 360/1440); Cloud TPU v6e page for the topologies per machine type.
+            machine_types=_two_d_family_machines("ct6e-standard", {1: (44, 176), 4: (180, 720), 8: (360, 1440)}),
             known_zones=frozenset({
-                "us-east5-a", "us-east5-b", "us-east1-d", "us-central1-b", "us-south1-a",
-                "europe-west4-a", "asia-northeast1-b", "southamerica-east1-c", "asia-southeast1-b",
+                "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
+                "us-south1-a", "southamerica-east1-c", "asia-southeast1-b",
             }),
+            flex_start_zones=frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
         ),
         TpuFamily(
             name="v5e",
             accelerator_label="tpu-v5-lite-podslice",
             ray_accelerator_type="TPU-V5LITEPOD",
+            # Cloud TPU v5e page, VM types table: -1t 24/48, -4t 112/192, -8t 224/384.
             machine_types=_two_d_family_machines("ct5lp-hightpu", {1: (24, 48), 4: (112, 192), 8: (224, 384)}),
-            supports_flex_start=True,
             known_zones=frozenset({
                 "us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "us-east1-c", "us-east5-a",
                 "europe-west4-b", "asia-southeast1-b",
             }),
+            flex_start_zones=frozenset({"us-west4-a"}),
         ),
         TpuFamily(
             name="v5p",
             accelerator_label="tpu-v5p-slice",
             ray_accelerator_type="TPU-V5P",
+            # 208 vCPU / 448 GiB: `gcloud compute machine-types list`.
             machine_types=(MachineType("ct5p-hightpu-4t", 4, 208, 448, ("2x2x1",), _V5P_TOPOLOGIES),),
-            supports_flex_start=True,
             known_zones=frozenset({"us-central1-a", "us-east5-a", "europe-west4-b"}),
+            flex_start_zones=frozenset({"us-east5-a"}),
+            topology_rule=_THREE_D_RULE.format(140, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
         ),
         TpuFamily(
             name="v4",
             accelerator_label="tpu-v4-podslice",
             ray_accelerator_type="TPU-V4",
+            # 240 vCPU / 407 GiB as GKE's TPU page gave it; not in the machine-types list we could read.
             machine_types=(MachineType("ct4p-hightpu-4t", 4, 240, 407, ("2x2x1",), _V4_TOPOLOGIES),),
-            supports_flex_start=False,
             known_zones=frozenset({"us-central2-b"}),
+            flex_start_zones=frozenset(),  # "TPU v3 and v4 are not supported"
+            topology_rule=_THREE_D_RULE.format(64, ""),
         ),
     )
 }
 
-ALL_KNOWN_ZONES: frozenset[str] = frozenset().union(*(f.known_zones for f in FAMILIES.values()))
+ALL_KNOWN_ZONES: frozenset[str] = frozenset().union(*(f.known_zones | f.flex_start_zones for f in FAMILIES.values()))
 
 
 class CatalogError(ValueError):
@@ -165,7 +198,7 @@ def resolve_slice(family_name: str, topology: str, machine_type: str | None = No
     """
     fam = family(family_name)
     if topology not in fam.topologies:
-        raise CatalogError(f"{topology!r} is not a valid {fam.name} topology; valid: {', '.join(fam.topologies)}")
+        raise CatalogError(f"{topology!r} is not a valid {fam.name} topology; valid: {fam.describe_topologies()}")
     if machine_type is None:
         machine = next(m for m in fam.machine_types if topology in m.topologies)
     else:

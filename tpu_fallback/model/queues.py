@@ -36,6 +36,8 @@ class QueuePlan:
     provisioning_check: bool  # dws-prov on the dws flavor
     namespace_labels: dict[str, str] | None
     local_queues: tuple[tuple[str, str], ...]  # (namespace, name)
+    # ProvisioningRequest parameters for plan B (maxRunDurationSeconds: GKE's cap on a queued node's run time).
+    provisioning_parameters: tuple[tuple[str, str], ...] = ()
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
@@ -70,6 +72,8 @@ def queue_plan(settings: Settings) -> QueuePlan:
         provisioning_check=flex.active,
         namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
         local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
+        provisioning_parameters=(("maxRunDurationSeconds", flex.max_run_duration[:-1]),) if flex.max_run_duration
+        else (),
     )
 
 

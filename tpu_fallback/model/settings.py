@@ -8,6 +8,8 @@ registers any resource. The defaults are the GKE tutorial's values.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -31,8 +33,12 @@ from tpu_fallback.model.validation import (
 
 PROJECT = "tpu-fallback"
 
-# Flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (GKE "About flex-start provisioning mode").
-FLEX_START_MIN_GKE = (1, 33, 0, 1712000)
+# The oldest minor GKE still offers for new clusters on CATALOG_DATE: 1.34 reached end of life on 2026-10-01
+# (GKE release schedule; end of standard support 2026-08-30). Bump with the schedule. It is above what TPU
+# flex-start needs (1.33.0-gke.1712000, GKE "About flex-start provisioning mode").
+OLDEST_GKE_MINOR = (1, 35)
+# GKE node pool names: a letter, then up to 39 lowercase letters, digits or hyphens, not ending in a hyphen.
+MAX_POOL_NAME = 40
 
 _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
@@ -42,6 +48,10 @@ _GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _FEATURE_GATE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 _DURATION = re.compile(r"^\d+s$")
+_HOUR_MINUTE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+_RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_NETWORK_REF = re.compile(r"^(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/"
+                          r"(?:global/networks|regions/[a-z]+-[a-z]+\d+/subnetworks)/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]+$")
 _LABEL_KEY = re.compile(r"^(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
@@ -73,6 +83,8 @@ class FlexStartSettings:
     name: str = "dws-pool"
     max_slices: int = 1
     max_run_duration: str | None = None  # e.g. "86400s", at most 7 days
+    # The location must be one of the family's flex-start zones (catalog), unless this is true.
+    allow_unlisted_zone: bool = False
 
     @property
     def active(self) -> bool:
@@ -113,11 +125,35 @@ class QueueSettings:
     head_request: Resources = Resources(2, "4Gi")
 
 
+# Maintenance exclusion scopes that may last until the minor version's end of support (pulumi-gcp 10.2.0
+# ClusterMaintenancePolicyMaintenanceExclusionExclusionOptions: end_time_behavior "UNTIL_END_OF_SUPPORT").
+EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    # Daily window start, "HH:MM" UTC (GKE picks a 4-hour window from there).
+    daily_window_start: str = "03:00"
+    # Auto-upgrades recreate the nodes of a multi-host slice mid-training; cluster-toolkit's v6e DWS blueprint
+    # excludes minor and node upgrades until end of support. None: no exclusion (GKE upgrades freely).
+    exclusion: str | None = "NO_MINOR_OR_NODE_UPGRADES"
+    exclusion_start: str = "2026-12-01T00:00:00Z"
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    network: str | None = None  # VPC name or self link; None: the project's "default" network
+    subnetwork: str | None = None
+    private_nodes: bool = False  # nodes without external IPs (needs Cloud NAT for image pulls from the internet)
+    authorized_networks: tuple[str, ...] = ()  # CIDRs allowed to reach the control plane; () = no restriction
+
+
 @dataclass(frozen=True)
 class ManagerSettings:
     cluster_name: str
     location: str  # a region for Autopilot, a zone for a Standard manager
     autopilot: bool = True
+    node_account_id: str = ""  # set by the parser: unique among the stack's clusters
 
 
 @dataclass(frozen=True)
@@ -141,7 +177,7 @@ class Settings:
     project: str
     cluster_name: str = "tpu-cluster"
     location: str = "us-east5-b"
-    gke_version: str = "1.34"
+    gke_version: str = "1.35"
     system_pool: SystemPoolSettings = SystemPoolSettings()
     tpu: catalog.TpuSlice = field(default_factory=lambda: catalog.resolve_slice("v6e", "4x4"))
     on_demand: OnDemandSettings = OnDemandSettings()
@@ -150,7 +186,12 @@ class Settings:
     queues: QueueSettings = QueueSettings()
     deletion_protection: bool = True
     protect: bool = False
+    enable_apis: bool = True  # enable the Google APIs the stack needs (never disabled on destroy)
+    secure_boot: bool = True  # Shielded VM secure boot on the TPU pools (the system pool always has it)
+    maintenance: MaintenanceSettings = MaintenanceSettings()
+    network: NetworkSettings = NetworkSettings()
     multikueue: MultiKueueSettings = MultiKueueSettings()
+    node_account_id: str = ""  # the nodes' service account id; set by the parser, unique among the stack's clusters
 
     @property
     def region(self) -> str:
@@ -165,7 +206,7 @@ class Settings:
 # The project's config keys (Pulumi.yaml declares the same ones).
 CONFIG_KEYS = (
     "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
-    "deletionProtection", "protect", "multikueue",
+    "deletionProtection", "protect", "enableApis", "secureBoot", "maintenance", "network", "multikueue",
 )
 
 
@@ -208,8 +249,12 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
     location = string("location", location, _ZONE, "expected a zone such as us-east5-b")
     gke_version = string(
         "gkeVersion", raw.get("gkeVersion", defaults.gke_version), _GKE_VERSION,
-        "expected a GKE version such as 1.34 or 1.34.1-gke.1829001",
+        "expected a GKE version such as 1.35 or 1.35.8-gke.1036000",
     )
+    if _gke_version_tuple(gke_version)[:2] < OLDEST_GKE_MINOR:
+        oldest = ".".join(map(str, OLDEST_GKE_MINOR))
+        raise fail("gkeVersion", gke_version, f"GKE no longer offers this minor version for new clusters "
+                   f"(as of {catalog.CATALOG_DATE}); use {oldest} or later")
 
     tpu = _parse_tpu(raw.get("tpu"))
     system_pool = _parse_system_pool(raw.get("systemPool"))
@@ -224,15 +269,12 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
             f"onDemand.maxSlices 0 is invalid because {why}: at least one plan needs TPU capacity "
             "(set onDemand.maxSlices >= 1, or flexStart.enabled true with flexStart.maxSlices >= 1)"
         )
-    if flex_start.active:
-        if not tpu.family.supports_flex_start:
-            raise ConfigError(
-                f'flexStart.enabled true is invalid for tpu.type "{tpu.family.name}": flex-start is offered for '
-                f"{', '.join(f.name for f in catalog.FAMILIES.values() if f.supports_flex_start)}"
-            )
-        if _gke_version_tuple(gke_version) < FLEX_START_MIN_GKE:
-            raise fail("gkeVersion", gke_version,
-                       "flex-start for TPUs needs GKE 1.33.0-gke.1712000 or later (e.g. 1.33 or 1.34)")
+    if flex_start.active and not tpu.family.supports_flex_start:
+        raise ConfigError(
+            f'flexStart.enabled true is invalid for tpu.type "{tpu.family.name}": flex-start is offered for '
+            f"{', '.join(f.name for f in catalog.FAMILIES.values() if f.supports_flex_start)}"
+        )
+    _check_zone(location, tpu.family, flex_start)
 
     names = [("systemPool.name", system_pool.name), ("onDemand.name", on_demand.name)]
     if flex_start.enabled:
@@ -242,6 +284,14 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
         if name in seen:
             raise fail(key, name, f"node pool names must be unique; {seen[name]} already uses it")
         seen[name] = key
+    for key, plan_name, slices in (("onDemand", on_demand.name, on_demand.max_slices),
+                                   ("flexStart", flex_start.name, flex_start.max_slices if flex_start.enabled else 0)):
+        pools = capacity.pool_layout(plan_name, tpu, slices)
+        longest = max((p.name for p in pools), key=len, default="")
+        if len(longest) > MAX_POOL_NAME:
+            raise fail(f"{key}.name", plan_name, f"with {key}.maxSlices {slices} its last pool is named {longest} "
+                       f"({len(longest)} characters); GKE allows {MAX_POOL_NAME}: shorten it to at most "
+                       f"{MAX_POOL_NAME - (len(longest) - len(plan_name))} characters")
 
     settings = Settings(
         project=project,
@@ -256,8 +306,13 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
         queues=queues,
         deletion_protection=boolean("deletionProtection", raw.get("deletionProtection", True)),
         protect=boolean("protect", raw.get("protect", False)),
+        enable_apis=boolean("enableApis", raw.get("enableApis", True)),
+        secure_boot=boolean("secureBoot", raw.get("secureBoot", True)),
+        maintenance=_parse_maintenance(raw.get("maintenance")),
+        network=_parse_network(raw.get("network")),
     )
     _check_quotas(settings)
+    settings = replace(settings, node_account_id=node_account_ids([cluster_name])[0])
     multikueue = _parse_multikueue(raw, settings)
     if multikueue.enabled:
         settings = replace(settings, multikueue=multikueue)
@@ -278,7 +333,7 @@ def _parse_tpu(value: Any) -> catalog.TpuSlice:
             raise fail("tpu.machineType", machine_type,
                        f"not a {fam.name} machine type; valid: {', '.join(m.name for m in fam.machine_types)}")
     if topology not in fam.topologies:
-        raise fail("tpu.topology", topology, f"not a valid {fam.name} topology; valid: {', '.join(fam.topologies)}")
+        raise fail("tpu.topology", topology, f"not a valid {fam.name} topology; valid: {fam.describe_topologies()}")
     try:
         return catalog.resolve_slice(family_name, topology, machine_type)
     except catalog.CatalogError as err:
@@ -318,7 +373,7 @@ def _parse_on_demand(value: Any) -> OnDemandSettings:
 
 def _parse_flex_start(value: Any) -> FlexStartSettings:
     d = FlexStartSettings()
-    obj = object_("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration"))
+    obj = object_("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration", "allowUnlistedZone"))
     duration = obj.get("maxRunDuration")
     if duration is not None:
         string("flexStart.maxRunDuration", duration, _DURATION, 'expected seconds such as "86400s"')
@@ -330,6 +385,7 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
         name=_pool_name("flexStart.name", obj.get("name", d.name)),
         max_slices=integer("flexStart.maxSlices", obj.get("maxSlices", d.max_slices)),
         max_run_duration=duration,
+        allow_unlisted_zone=boolean("flexStart.allowUnlistedZone", obj.get("allowUnlistedZone", False)),
     )
 
 
@@ -447,18 +503,94 @@ def _parse_multikueue(raw: Mapping[str, Any], stack: Settings) -> MultiKueueSett
         try:
             worker = parse_settings(worker_raw, stack.project)
         except ConfigError as err:
-            raise ConfigError(f"{key} ({name}): {err}") from None
-        fam = worker.tpu.family
-        if worker.location in catalog.ALL_KNOWN_ZONES and worker.location not in fam.known_zones:
-            known = ", ".join(sorted(fam.known_zones))
-            raise fail(f"{key}.location", worker.location,
-                       f"{fam.name} TPUs are not offered there; known {fam.name} zones: {known}")
+            message = str(err)
+            root = re.split(r"[ .\[]", message, maxsplit=1)[0]
+            if root in ("location", *_WORKER_OVERRIDES):  # a key of the worker's entry: name its full path
+                raise ConfigError(f"{key}.{message} (worker {name})") from None
+            raise ConfigError(f"{key} ({name}): {message}") from None
         workers.append(WorkerSettings(name, worker))
     names = [manager.cluster_name, *(w.settings.cluster_name for w in workers)]
     if len(set(names)) != len(names):
         raise fail("multikueue.manager.clusterName", manager.cluster_name,
                    "must differ from every worker's cluster name")
-    return MultiKueueSettings(enabled=True, manager=manager, workers=tuple(workers))
+    manager_id, *worker_ids = node_account_ids(names)
+    return MultiKueueSettings(
+        enabled=True,
+        manager=replace(manager, node_account_id=manager_id),
+        workers=tuple(WorkerSettings(w.name, replace(w.settings, node_account_id=account))
+                      for w, account in zip(workers, worker_ids, strict=True)),
+    )
+
+
+def node_account_ids(cluster_names: list[str]) -> list[str]:
+    """The node service account id of each cluster of a stack (ids: 6-30 characters, unique per project).
+
+    `<clusterName[:23]>-nodes` as before, so existing stacks keep their accounts; where that collides between
+    two clusters of the stack (names sharing their first 23 characters, which no stack could deploy), the
+    colliding ones get a short hash of the whole cluster name instead.
+    """
+    legacy = [f"{name[:23].rstrip('-')}-nodes" for name in cluster_names]
+    out = []
+    for name, account in zip(cluster_names, legacy, strict=True):
+        if legacy.count(account) > 1:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:5]
+            account = f"{name[:17].rstrip('-')}-{digest}-nodes"
+        out.append(account)
+    return out
+
+
+def _check_zone(location: str, family: catalog.TpuFamily, flex_start: FlexStartSettings) -> None:
+    """The zone must offer the TPU family, and flex-start for it when plan B is on (catalog, dated)."""
+    if location in catalog.ALL_KNOWN_ZONES and location not in family.known_zones:
+        raise fail("location", location, f"{family.name} TPUs are not offered there; known {family.name} zones: "
+                   f"{', '.join(sorted(family.known_zones))}")
+    if flex_start.active and location not in family.flex_start_zones and not flex_start.allow_unlisted_zone:
+        raise fail("location", location,
+                   f"GKE offers {family.name} flex-start (plan B) only in {', '.join(sorted(family.flex_start_zones))} "
+                   f"(as listed on {catalog.CATALOG_DATE}); pick one of them, disable plan B with "
+                   "flexStart.enabled false, or set flexStart.allowUnlistedZone true if GKE now offers it there")
+
+
+def _parse_maintenance(value: Any) -> MaintenanceSettings:
+    d = MaintenanceSettings()
+    obj = object_("maintenance", value, ("dailyWindowStart", "exclusion", "exclusionStart"))
+    exclusion = obj.get("exclusion", d.exclusion)
+    if exclusion is not None and exclusion is not False:
+        string("maintenance.exclusion", exclusion, None)
+        if exclusion not in EXCLUSION_SCOPES:
+            raise fail("maintenance.exclusion", exclusion,
+                       f"expected {' or '.join(EXCLUSION_SCOPES)}, or false for no exclusion")
+    return MaintenanceSettings(
+        daily_window_start=string("maintenance.dailyWindowStart", obj.get("dailyWindowStart", d.daily_window_start),
+                                  _HOUR_MINUTE, 'expected a UTC time "HH:MM" such as "03:00"'),
+        exclusion=exclusion or None,
+        exclusion_start=string("maintenance.exclusionStart", obj.get("exclusionStart", d.exclusion_start),
+                               _RFC3339_UTC, 'expected an RFC 3339 UTC time such as "2026-12-01T00:00:00Z"'),
+    )
+
+
+def _parse_network(value: Any) -> NetworkSettings:
+    obj = object_("network", value, ("network", "subnetwork", "privateNodes", "authorizedNetworks"))
+    refs = {}
+    for key in ("network", "subnetwork"):
+        if obj.get(key) is not None:
+            refs[key] = string(f"network.{key}", obj[key], _NETWORK_REF,
+                               "expected a name such as tpu-vpc or a self link projects/<p>/...")
+    cidrs_raw = obj.get("authorizedNetworks", [])
+    if not isinstance(cidrs_raw, list):
+        raise fail("network.authorizedNetworks", cidrs_raw, 'expected a list of CIDR blocks such as ["10.0.0.0/8"]')
+    cidrs = []
+    for i, cidr in enumerate(cidrs_raw):
+        try:
+            cidrs.append(str(ipaddress.ip_network(string(f"network.authorizedNetworks[{i}]", cidr))))
+        except ValueError:
+            raise fail(f"network.authorizedNetworks[{i}]", cidr, "expected a CIDR block such as 10.0.0.0/8") from None
+    return NetworkSettings(
+        network=refs.get("network"),
+        subnetwork=refs.get("subnetwork"),
+        private_nodes=boolean("network.privateNodes", obj.get("privateNodes", False)),
+        authorized_networks=tuple(cidrs),
+    )
 
 
 def _check_quotas(settings: Settings) -> None:
@@ -494,7 +626,8 @@ def _check_quotas(settings: Settings) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-_OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "multikueue"})
+_OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance", "network",
+                          "multikueue"})
 
 
 def decode_config(values: Mapping[str, str]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
+from tpu_fallback.components.apis import ProjectApis, ProjectApisArgs
 from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
 from tpu_fallback.model.settings import Settings, decode_config, parse_settings
@@ -19,10 +20,12 @@ def load_settings() -> Settings:
 def main() -> None:
     """Run the infra program (__main__.py) and export its outputs."""
     settings = load_settings()  # validates every key before any resource is registered
+    apis = (ProjectApis(f"{settings.cluster_name}-apis", ProjectApisArgs(settings.project)).services
+            if settings.enable_apis else [])
     platform: TpuPlatform | MultiKueuePlatform
     if settings.multikueue.enabled:
-        platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings))
+        platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings, apis))
     else:
-        platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings))
+        platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings, apis))
     for name, value in platform.outputs.exports().items():
         pulumi.export(name, value)

@@ -91,13 +91,14 @@ def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None
     return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": plan.cluster_queue}, "spec": spec}
 
 
-def provisioning_request_config() -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "ProvisioningRequestConfig",
-        "metadata": {"name": DWS_CONFIG},
-        "spec": {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": [TPU_RESOURCE]},
-    }
+def provisioning_request_config(plan: QueuePlan) -> dict[str, Any]:
+    """Plan B's ProvisioningRequests: GKE's queued provisioning for the TPU chips, with the plan's parameters
+    (Kueue passes spec.parameters on to each ProvisioningRequest)."""
+    spec: dict[str, Any] = {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": [TPU_RESOURCE]}
+    if plan.provisioning_parameters:
+        spec["parameters"] = dict(plan.provisioning_parameters)
+    return {"apiVersion": KUEUE_API, "kind": "ProvisioningRequestConfig", "metadata": {"name": DWS_CONFIG},
+            "spec": spec}
 
 
 def admission_check(name: str, controller: str, parameters_kind: str, parameters_name: str) -> dict[str, Any]:
