@@ -5,9 +5,11 @@ Each test names the GKE or provider fact it checks; the sources are in the code'
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import infra
 from tpu_fallback.model import catalog
@@ -196,3 +198,60 @@ def test_machine_sizes_used_for_quota_arithmetic() -> None:
 ])
 def test_three_d_topologies_follow_the_cube_rule(family: str, topology: str, valid: bool) -> None:
     assert (topology in catalog.FAMILIES[family].topologies) is valid
+
+
+# 3. Kueue metrics that Managed Prometheus can actually collect, and a dashboard -------------------------------
+
+
+def _metrics_stack() -> ProgramRun:
+    return infra("global")  # kueue.podMonitoring: true
+
+
+def test_pod_monitoring_sends_a_token_bound_to_kueues_metrics_reader_role() -> None:
+    run = _metrics_stack()
+    objects = run.kubernetes_objects()
+    monitors = [o for o in objects if o["kind"] == "PodMonitoring"]
+    assert len(monitors) == 4  # manager + 3 workers
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        secret_ref = endpoint["authorization"]["credentials"]["secret"]
+        assert endpoint["authorization"]["type"] == "Bearer" and secret_ref["key"] == "token"
+        assert "namespace" not in secret_ref  # GMP takes the PodMonitoring's own namespace, and only that
+        tokens = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == secret_ref["name"]
+                  and o["metadata"]["namespace"] == monitor["metadata"]["namespace"]]
+        assert tokens and tokens[0]["type"] == "kubernetes.io/service-account-token"
+        account = tokens[0]["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    bindings = [o for o in objects
+                if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "kueue-metrics-reader"]
+    assert len(bindings) == 4 and all(b["subjects"][0]["name"] == account for b in bindings)
+    readers = [o for o in objects if o["kind"] == "RoleBinding" and o["subjects"][0]["namespace"] == "gmp-system"]
+    assert len(readers) == 4 and all(r["subjects"][0]["name"] == "collector" for r in readers)
+    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "kueue-system"]
+    assert all(r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [account],
+                               "verbs": ["get", "list", "watch"]}] for r in roles)
+
+
+def test_metrics_turn_on_cluster_queue_resource_metrics_and_keep_the_integrations() -> None:
+    release = _metrics_stack().of_type("kubernetes:helm.sh/v3:Release")[0]
+    config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["metrics"] == {"bindAddress": ":8443", "enableClusterQueueResources": True}
+    assert "ray.io/rayjob" in config["integrations"]["frameworks"]
+    assert "featureGates" not in config  # gates stay on the command line
+    dev_release = infra("dev").of_type("kubernetes:helm.sh/v3:Release")[0]
+    assert "managerConfig" not in dev_release.inputs["values"]  # the tutorial: the chart's own config
+
+
+def test_the_dashboard_charts_what_a_platform_team_watches() -> None:
+    run = _metrics_stack()
+    (dashboard,) = run.of_type("gcp:monitoring/dashboard:Dashboard")
+    spec = json.loads(dashboard.inputs["dashboardJson"])
+    queries = " ".join(t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]["prometheusQuery"]
+                       for t in spec["mosaicLayout"]["tiles"])
+    for metric in ("kueue_pending_workloads", "kueue_admission_wait_time_seconds_bucket",
+                   "kueue_cluster_queue_resource_usage", "kueue_evicted_workloads_total"):
+        assert metric in queries
+    tiles = spec["mosaicLayout"]["tiles"]
+    assert all(t["xPos"] + t["width"] <= spec["mosaicLayout"]["columns"] for t in tiles)
+    assert len({(t["xPos"], t["yPos"]) for t in tiles}) == len(tiles)  # no two charts on one spot
+    assert "monitoring.googleapis.com" in {s.inputs["service"] for s in run.of_type(SERVICE)}
+    assert not infra("dev").of_type("gcp:monitoring/dashboard:Dashboard")

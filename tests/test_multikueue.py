@@ -105,9 +105,10 @@ def test_manager_multikueue_objects_reference_each_other(glob: ProgramRun) -> No
 
 
 def test_worker_kubeconfigs_use_a_token_and_stay_secret(glob: ProgramRun) -> None:
-    for resource, obj in objects_of(glob, "Secret"):
-        if cluster_of(glob, resource) != "tpu-global-manager":
-            continue
+    kubeconfigs = [(r, o) for r, o in objects_of(glob, "Secret")
+                   if cluster_of(glob, r) == "tpu-global-manager" and o["metadata"]["name"].startswith("multikueue-")]
+    assert len(kubeconfigs) == len(WORKERS)
+    for resource, obj in kubeconfigs:
         assert "stringData.kubeconfig" in resource.secret_inputs or "stringData" in resource.secret_inputs
         kubeconfig = yaml.safe_load(obj["stringData"]["kubeconfig"])
         user = kubeconfig["users"][0]["user"]

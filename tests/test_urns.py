@@ -42,8 +42,13 @@ def alias_urn(resource: RecordedResource, alias: dict[str, Any]) -> str:
     """The URN an alias stands for (this program only declares aliases that change the name)."""
     if "urn" in alias:
         return str(alias["urn"])
-    assert not alias["type"] and not alias["parentUrn"] and not alias["noParent"], alias
+    assert not alias["parentUrn"] and not alias["noParent"], alias
     return f"{resource.urn.rsplit('::', 1)[0]}::{alias['name']}"
+
+
+def declared_aliases(resource: RecordedResource) -> list[dict[str, Any]]:
+    """The program's own aliases; pulumi-kubernetes adds type aliases to older API versions of each kind."""
+    return [a for a in resource.options.get("aliases", []) if "urn" in a or not a["type"]]
 
 
 @pytest.mark.parametrize("label", ["infra/dev", "infra/prod", "infra/global", "jobs/dev"])
@@ -54,7 +59,7 @@ def test_every_urn_is_kept_or_aliased(label: str) -> None:
     assert len(now) == len(run.resources), "two resources share a URN"
     gone = before - set(now)
     new = [r for urn, r in now.items() if urn not in before]
-    aliased = {alias_urn(r, a): r.urn for r in new for a in r.options.get("aliases", [])}
+    aliased = {alias_urn(r, a): r.urn for r in new for a in declared_aliases(r)}
     assert not gone - set(aliased), f"URNs that would be deleted: {sorted(gone - set(aliased))}"
     assert set(aliased) <= gone, "an alias points at a URN the program still registers"
     assert {now[urn].type for urn in aliased.values()} <= RENAMED_TYPES

@@ -13,6 +13,8 @@ import pulumi_gcp as gcp
 # need no tpu.googleapis.com (that API is for TPU VMs created outside GKE). The MultiKueue manager reaches its
 # workers with service-account tokens, so it needs nothing more.
 REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "containerfilesystem.googleapis.com")
+# With kueue.podMonitoring: Cloud Monitoring for the dashboard (Managed Prometheus writes there too).
+MONITORING_APIS = ("monitoring.googleapis.com",)
 
 
 @dataclass(frozen=True)

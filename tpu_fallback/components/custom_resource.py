@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,3 +20,24 @@ def custom_resource(
     return k8s.apiextensions.CustomResource(
         name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"], opts=opts
     )
+
+
+# The built-in kinds the renderers produce, registered as typed resources (so the provider knows their schema;
+# Secret data, for one, stays a Pulumi secret).
+_TYPED: dict[tuple[str, str], Any] = {
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "Secret"): k8s.core.v1.Secret,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
+}
+_ARGUMENT = {"roleRef": "role_ref", "stringData": "string_data"}
+
+
+def kubernetes_object(name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """A rendered object of a built-in kind as its typed resource; anything else as a CustomResource."""
+    kind = _TYPED.get((obj["apiVersion"], obj["kind"]))
+    if kind is None:
+        return cast(pulumi.CustomResource, custom_resource(name, obj, opts))
+    fields = {_ARGUMENT.get(k, k): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    return cast(pulumi.CustomResource, kind(name, opts=opts, **fields))

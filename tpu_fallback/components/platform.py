@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.cluster import GkeCluster, GkeClusterArgs
-from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
 from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
@@ -18,7 +18,7 @@ from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
 from tpu_fallback.model.outputs import InfraOutputs, tpu_output
 from tpu_fallback.model.queues import FLEX_FLAVOR, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, QueuePlan, queue_plan
 from tpu_fallback.model.settings import Settings
-from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_pod_monitoring
+from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kueue_pod_monitoring
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,11 @@ class TpuPlatform(pulumi.ComponentResource):
 
 
 def kueue_metrics(name: str, kueue: Kueue, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
-    """A PodMonitoring so Managed Service for Prometheus scrapes Kueue's controller metrics."""
+    """A PodMonitoring so Managed Service for Prometheus scrapes Kueue's controller metrics, with the token it
+    needs (kueue_metrics_access). The PodMonitoring's legacy name is kept, so existing stacks only add the rest."""
+    after_release = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[kueue.release]))
+    access = [kubernetes_object(f"{name}-{obj['kind'].lower()}", obj, after_release) for obj in kueue_metrics_access()]
     return custom_resource(
-        name, kueue_pod_monitoring(),
-        pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[kueue.release])),
+        name, kueue_pod_monitoring(), pulumi.ResourceOptions.merge(after_release, pulumi.ResourceOptions(
+            depends_on=access)),
     )

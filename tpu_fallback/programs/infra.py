@@ -5,7 +5,8 @@ from __future__ import annotations
 import pulumi
 from pulumi.runtime.config import CONFIG, get_config_env
 
-from tpu_fallback.components.apis import ProjectApis, ProjectApisArgs
+from tpu_fallback.components.apis import MONITORING_APIS, REQUIRED_APIS, ProjectApis, ProjectApisArgs
+from tpu_fallback.components.monitoring import KueueDashboard, KueueDashboardArgs
 from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
 from tpu_fallback.model.settings import Settings, decode_config, parse_settings
@@ -20,12 +21,16 @@ def load_settings() -> Settings:
 def main() -> None:
     """Run the infra program (__main__.py) and export its outputs."""
     settings = load_settings()  # validates every key before any resource is registered
-    apis = (ProjectApis(f"{settings.cluster_name}-apis", ProjectApisArgs(settings.project)).services
+    services = (*REQUIRED_APIS, *(MONITORING_APIS if settings.kueue.pod_monitoring else ()))
+    apis = (ProjectApis(f"{settings.cluster_name}-apis", ProjectApisArgs(settings.project, services)).services
             if settings.enable_apis else [])
     platform: TpuPlatform | MultiKueuePlatform
     if settings.multikueue.enabled:
         platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings, apis))
     else:
         platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings, apis))
+    if settings.kueue.pod_monitoring:
+        KueueDashboard(f"{settings.cluster_name}-kueue", KueueDashboardArgs(
+            settings.project, f"Kueue: {settings.cluster_name} (tpu-fallback)", apis))
     for name, value in platform.outputs.exports().items():
         pulumi.export(name, value)

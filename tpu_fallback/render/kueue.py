@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
 from tpu_fallback.model.quantity import canonical_quantity
 from tpu_fallback.model.queues import COVERED_RESOURCES, FLEX_FLAVOR, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
@@ -30,7 +32,20 @@ def kueue_helm_values(kueue: KueueSettings, system_pool: str | None) -> dict[str
     manager = values.setdefault("controllerManager", {})
     manager["featureGates"] = [{"name": name, "enabled": enabled} for name, enabled in kueue.feature_gates]
     manager["nodeSelector"] = {NODEPOOL_LABEL: system_pool} if system_pool else {}
+    if kueue.pod_monitoring:
+        values["managerConfig"] = {"controllerManagerConfigYaml": yaml.safe_dump(
+            kueue_manager_config(kueue), sort_keys=False)}
     return values
+
+
+def kueue_manager_config(kueue: KueueSettings) -> dict[str, Any]:
+    """Kueue's whole manager configuration: the chart's default (templates/kueue-manager-config.yaml, with its
+    integrations, RayJob included) plus what this project turns on. The chart replaces the whole file, so it is
+    never set partially. With metrics on: ClusterQueue resource metrics (quota use per flavor), off by default."""
+    config: dict[str, Any] = load_template("kueue-manager-config.yaml")
+    if kueue.pod_monitoring:
+        config["metrics"]["enableClusterQueueResources"] = True
+    return config
 
 
 def readiness_probe_flavor() -> dict[str, Any]:
@@ -174,15 +189,54 @@ def multikueue_admission_check() -> dict[str, Any]:
     return admission_check(MULTIKUEUE_CHECK, "kueue.x-k8s.io/multikueue", "MultiKueueConfig", MULTIKUEUE_CONFIG)
 
 
+# Who may read Kueue's metrics: the chart's ClusterRole "<fullname>-metrics-reader" (charts/kueue
+# templates/rbac/metrics_reader_role.yaml: get on /metrics); fullname is the release name "kueue".
+KUEUE_METRICS_READER_ROLE = "kueue-metrics-reader"
+METRICS_SCRAPER = "kueue-metrics-scraper"
+# Managed Service for Prometheus scrapes as the ServiceAccount gmp-system/collector, which may read only the
+# Secrets a Role grants it (prometheus-engine examples/instrumentation/go-synthetic/go-synthetic-basic-auth.yaml).
+GMP_COLLECTOR = {"kind": "ServiceAccount", "name": "collector", "namespace": "gmp-system"}
+
+
+def kueue_metrics_access() -> list[dict[str, Any]]:
+    """A ServiceAccount bound to Kueue's metrics-reader role, its token Secret, and read access to that Secret for
+    the GMP collector: Kueue 0.19 serves :8443 behind Kubernetes authn/authz, and the collector has no token of
+    its own for it. The PodMonitoring (kueue_pod_monitoring) sends this token."""
+    meta = {"name": METRICS_SCRAPER, "namespace": KUEUE_NAMESPACE}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": METRICS_SCRAPER},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": KUEUE_METRICS_READER_ROLE},
+         "subjects": [{"kind": "ServiceAccount", **meta}]},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+         "metadata": {**meta, "annotations": {"kubernetes.io/service-account.name": METRICS_SCRAPER}}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+         "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [METRICS_SCRAPER],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": METRICS_SCRAPER},
+         "subjects": [dict(GMP_COLLECTOR)]},
+    ]
+
+
 def kueue_pod_monitoring() -> dict[str, Any]:
-    """Managed Service for Prometheus scrapes Kueue's controller (its metrics endpoint is HTTPS, self-signed)."""
+    """Managed Service for Prometheus scrapes Kueue's controller over HTTPS (self-signed) with the scraper's token.
+
+    PodMonitoring (monitoring.googleapis.com/v1) endpoints take `authorization.credentials.secret`, which must
+    be in the PodMonitoring's own namespace (prometheus-engine pkg/operator/apis/monitoring/v1/http_types.go).
+    """
     return {
         "apiVersion": "monitoring.googleapis.com/v1",
         "kind": "PodMonitoring",
         "metadata": {"name": "kueue-controller-metrics", "namespace": KUEUE_NAMESPACE},
         "spec": {
             "selector": {"matchLabels": {"control-plane": "controller-manager", "app.kubernetes.io/name": "kueue"}},
-            "endpoints": [{"port": KUEUE_METRICS_PORT, "scheme": "https", "interval": "30s",
-                           "tls": {"insecureSkipVerify": True}}],
+            "endpoints": [{
+                "port": KUEUE_METRICS_PORT, "scheme": "https", "interval": "30s",
+                "tls": {"insecureSkipVerify": True},
+                "authorization": {"type": "Bearer",
+                                  "credentials": {"secret": {"name": METRICS_SCRAPER, "key": "token"}}},
+            }],
         },
     }
