@@ -255,3 +255,16 @@ def test_the_dashboard_charts_what_a_platform_team_watches() -> None:
     assert len({(t["xPos"], t["yPos"]) for t in tiles}) == len(tiles)  # no two charts on one spot
     assert "monitoring.googleapis.com" in {s.inputs["service"] for s in run.of_type(SERVICE)}
     assert not infra("dev").of_type("gcp:monitoring/dashboard:Dashboard")
+
+
+# 9. The MultiKueue manager never runs TPU pods ------------------------------------------------------------------
+
+
+def test_manager_job_namespaces_refuse_tpu_requests() -> None:
+    run = _metrics_stack()
+    quotas = run.of_type("kubernetes:core/v1:ResourceQuota")
+    job_namespaces = {q["metadata"]["namespace"] for q in run.kubernetes_objects() if q["kind"] == "LocalQueue"}
+    assert {q.inputs["metadata"]["namespace"] for q in quotas} == job_namespaces
+    assert all(q.inputs["spec"]["hard"] == {"requests.google.com/tpu": "0"} for q in quotas)
+    assert all(q.provider.split("::")[-2] == "tpu-global-manager-k8s" for q in quotas)  # the manager only
+    assert not infra("dev").of_type("kubernetes:core/v1:ResourceQuota")  # single cluster: TPU pods belong there

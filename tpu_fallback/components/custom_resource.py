@@ -27,6 +27,7 @@ def custom_resource(
 _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("v1", "Secret"): k8s.core.v1.Secret,
+    ("v1", "ResourceQuota"): k8s.core.v1.ResourceQuota,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.cluster import GkeCluster, GkeClusterArgs
-from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
 from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs, kueue_metrics
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
@@ -175,6 +175,13 @@ class MultiKueuePlatform(pulumi.ComponentResource):
                                admission_checks=kueue_objects.multikueue_admission_checks()),
             opts=on_manager,
         )
+        # Jobs only pass through the manager: no pod there may request TPUs, so Autopilot never provisions a
+        # TPU node on it even if a Ray operator started a RayCluster it should leave to MultiKueue.
+        for namespace in dict.fromkeys(ns for ns, _ in self.queue_plan.local_queues):
+            kubernetes_object(
+                f"{manager.cluster_name}-no-tpu-{namespace}", kueue_objects.no_tpu_quota(namespace),
+                pulumi.ResourceOptions.merge(provider_opts, pulumi.ResourceOptions(depends_on=[self.queues])),
+            )
         if settings.kueue.pod_monitoring:
             kueue_metrics(f"{manager.cluster_name}-kueue-metrics", self.kueue, opts=on_manager)
         self.outputs = self._outputs()

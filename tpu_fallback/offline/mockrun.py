@@ -109,7 +109,8 @@ class ProgramRun:
 
 _KIND_ORDER = {kind: rank for rank, kinds in enumerate([
     ("Namespace",),
-    ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Secret"),
+    ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Secret",
+     "ResourceQuota"),
     ("Job",),
     ("ResourceFlavor", "ProvisioningRequestConfig", "MultiKueueCluster"),
     ("MultiKueueConfig",),

@@ -185,6 +185,13 @@ def multikueue_config(workers: list[str]) -> dict[str, Any]:
     }
 
 
+def no_tpu_quota(namespace: str) -> dict[str, Any]:
+    """A ResourceQuota allowing no TPU requests: for the MultiKueue manager's job namespaces (Kubernetes quotas
+    extended resources as requests.<name>)."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-tpu", "namespace": namespace},
+            "spec": {"hard": {f"requests.{TPU_RESOURCE}": "0"}}}
+
+
 def multikueue_admission_check() -> dict[str, Any]:
     return admission_check(MULTIKUEUE_CHECK, "kueue.x-k8s.io/multikueue", "MultiKueueConfig", MULTIKUEUE_CONFIG)
 
