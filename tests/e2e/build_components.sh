@@ -1,35 +1,55 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes components the end-to-end tests run against:
+# Builds the real Kubernetes components the end-to-end tests run against, and
+# copies the CRDs they install:
 #
-#   kube-apiserver  k8s.io/kubernetes, through the wrapper module in ./apiserver
-#   etcd            go.etcd.io/etcd/server/v3, through the wrapper module in ./etcd
-#   kueue           sigs.k8s.io/kueue/cmd/kueue, with `go install module@version`
+#   kube-apiserver           k8s.io/kubernetes, through the wrapper module in ./apiserver
+#   kube-controller-manager  k8s.io/kubernetes, the same wrapper module (./apiserver/cmd/kube-controller-manager)
+#   etcd                     go.etcd.io/etcd/server/v3, through the wrapper module in ./etcd
+#   kueue                    sigs.k8s.io/kueue/cmd/kueue, with `go install module@version`,
+#                            plus its CRDs, webhook manifests and Helm chart from the same module
+#   crds                     KubeRay's CRDs (github.com/ray-project/kuberay/ray-operator) and the
+#                            ProvisioningRequest CRD (k8s.io/autoscaler/cluster-autoscaler/apis)
 #
-# Everything comes from Go modules through the Go module proxy; nothing else is
-# downloaded. The binaries are cached outside the repository, one directory per
-# component and version:
+# Everything comes from Go modules through the Go module proxy (`go mod download`
+# for the manifests); nothing else is downloaded. The results are cached outside
+# the repository, one directory per component and version:
 #
 #   ${TPU_FALLBACK_E2E_CACHE:-$HOME/.cache/tpu-fallback-e2e}/<component>-<version>/
 #
-# so a second run builds nothing. At the end the script prints the three paths
-# and writes them to $CACHE/bin.env (KUBE_APISERVER=..., ETCD=..., KUEUE=...,
-# plus the versions and KUEUE_CRD_DIR, a copy of Kueue's CRD manifests, with
-# webhook-manifests.yaml beside it), which a harness can source.
+# so a second run builds nothing. At the end the script prints the paths and
+# writes them to $CACHE/bin.env, which a harness can source:
 #
-# Usage: tests/e2e/build_components.sh [apiserver] [etcd] [kueue]
-#   (no argument: all three; bin.env lists only what is built or cached)
+#   KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, ETCD, KUEUE   the binaries
+#   KUEUE_CRD_DIR      Kueue's config/components/crd/bases/*.yaml (with
+#                      webhook-manifests.yaml in the directory above it)
+#   KUEUE_CHART        Kueue's Helm chart (charts/kueue), for a real-engine test
+#   KUBERAY_CRD_DIR    KubeRay's ray.io_{rayjobs,rayclusters,rayservices}.yaml
+#   PROVREQ_CRD_DIR    autoscaling.x-k8s.io_provisioningrequests.yaml
+#   *_VERSION          the version of each
 #
-# Versions: kube-apiserver and etcd are pinned by the go.mod of their wrapper
-# module (bump there and re-run `go mod tidy`); Kueue by KUEUE_VERSION below,
-# overridable from the environment.
+# Usage: tests/e2e/build_components.sh [apiserver] [controller-manager] [etcd] [kueue] [crds]
+#   (no argument: all five; bin.env lists only what is built or cached)
 #
-# A cold build of all three takes a long while on 2 cores (see NOTES.md) and
-# fills the Go module and build caches with a few GiB.
+# Versions: kube-apiserver, kube-controller-manager and etcd are pinned by the
+# go.mod of their wrapper module (bump there and re-run `go mod tidy`); Kueue by
+# KUEUE_VERSION and KubeRay by KUBERAY_VERSION below, overridable from the
+# environment; the ProvisioningRequest API is taken at the version Kueue's own
+# go.mod requires (PROVREQ_VERSION overrides it).
+#
+# A cold build takes a long while on 2 cores (see NOTES.md) and fills the Go
+# module and build caches with a few GiB.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${TPU_FALLBACK_E2E_CACHE:-$HOME/.cache/tpu-fallback-e2e}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
+# KubeRay: GKE does not publish the version its Ray add-on runs, so the newest
+# ray-operator release the proxy serves (v1.7.0 and later give 403), which is
+# also the version Kueue v0.19.2's go.mod requires.
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
+KUBERAY_MODULE=github.com/ray-project/kuberay/ray-operator
+PROVREQ_MODULE=k8s.io/autoscaler/cluster-autoscaler/apis
+PROVREQ_VERSION=${PROVREQ_VERSION:-}  # default: what Kueue's go.mod requires
 
 log() { printf '[build_components] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -107,18 +127,27 @@ build_component() {
   log "built $name $version in $((SECONDS - start))s ($(du -h "$RESULT" | cut -f1))"
 }
 
-build_apiserver() { # TMPDIR VERSION
-  local v=$2 minor
+# kube_ldflags VERSION: version stamping as Kubernetes' hack/lib/version.sh
+# does, so /version reports the real version (clients such as Kueue parse it).
+kube_ldflags() {
+  local v=$1 minor pkg ldflags="-s -w"
   minor=${v#v1.}; minor=${minor%%.*}
-  # Version stamping as Kubernetes' hack/lib/version.sh does, so /version
-  # reports the real version (clients such as Kueue parse it).
-  local ldflags="-s -w"
-  local pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
   done
+  printf '%s' "$ldflags"
+}
+
+build_apiserver() { # TMPDIR VERSION
   (cd "$HERE/apiserver" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly \
-      -ldflags "$ldflags" -o "$1/kube-apiserver" .)
+      -ldflags "$(kube_ldflags "$2")" -o "$1/kube-apiserver" .)
+}
+
+build_controller_manager() { # TMPDIR VERSION
+  # Same module (same go.sum, same stamping) as kube-apiserver, so the second
+  # of the two mostly reuses the first one's build cache.
+  (cd "$HERE/apiserver" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly \
+      -ldflags "$(kube_ldflags "$2")" -o "$1/kube-controller-manager" ./cmd/kube-controller-manager)
 }
 
 build_etcd() { # TMPDIR VERSION
@@ -133,39 +162,125 @@ build_kueue() { # TMPDIR VERSION
       "sigs.k8s.io/kueue/cmd/kueue@$2")
 }
 
-# kueue_manifests VERSION: copies Kueue's CRDs (config/components/crd/bases)
-# and webhook configuration manifests from the module source next to the
-# binary, once, so the harness can apply them. Sets RESULT to the CRD dir.
+# module_dir MODULE VERSION: the module's source directory in the module cache
+# (`go mod download` fetches it through the proxy if needed). Sets RESULT.
+# Also sets RESULT_GOMOD to the module's go.mod file.
+module_dir() {
+  local json
+  json=$(cd "$CACHE" && "$GO" mod download -json "$1@$2") \
+    || die "go mod download $1@$2 failed: $(printf '%s' "$json" | sed -n 's/^[[:space:]]*"Error": //p')"
+  RESULT=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  RESULT_GOMOD=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -n "$RESULT" && -d "$RESULT" ]] || die "cannot find $1@$2 in the module cache"
+}
+
+# copy_manifests DEST SRC-DIR FILE...: copies the files (each must exist) from
+# SRC-DIR into DEST through a temporary directory moved into place whole.
+copy_manifests() {
+  local dest=$1 src=$2 tmp f
+  shift 2
+  mkdir -p "$(dirname "$dest")"
+  tmp=$(mktemp -d "$(dirname "$dest")/.copy.XXXXXX")
+  for f in "$@"; do
+    [[ -f "$src/$f" ]] || { rm -rf "$tmp"; die "$src/$f does not exist"; }
+    cp "$src/$f" "$tmp/"
+  done
+  chmod 755 "$tmp" && chmod 644 "$tmp"/*
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+}
+
+# kueue_manifests VERSION: copies Kueue's CRDs (config/components/crd/bases),
+# webhook configuration manifests and Helm chart (charts/kueue) from the module
+# source next to the binary, once, so the harness can apply them. Sets RESULT
+# to the CRD dir and KUEUE_CHART to the chart dir.
 kueue_manifests() {
-  local v=$1 dir="$CACHE/kueue-$1" src tmp
-  RESULT="$dir/crd"
-  if [[ -d "$RESULT" ]]; then
-    log "reusing $RESULT (cached)"
+  local v=$1 dir="$CACHE/kueue-$1" src crd tmp
+  crd="$dir/crd"
+  KUEUE_CHART="$dir/chart"
+  if [[ -d "$crd" && -f "$dir/webhook-manifests.yaml" && -f "$KUEUE_CHART/Chart.yaml" ]]; then
+    log "reusing $crd and $KUEUE_CHART (cached)"
+    RESULT=$crd
     return 0
   fi
-  src=$(cd "$CACHE" && "$GO" mod download -json "sigs.k8s.io/kueue@$v" \
-        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -n "$src" && -d "$src/config/components/crd/bases" ]] \
-    || die "cannot find Kueue $v source in the module cache"
-  tmp=$(mktemp -d "$dir/.crd.XXXXXX")
-  cp "$src"/config/components/crd/bases/*.yaml "$tmp/"
-  chmod 755 "$tmp" && chmod 644 "$tmp"/*.yaml
+  module_dir sigs.k8s.io/kueue "$v"; src=$RESULT
+  [[ -d "$src/config/components/crd/bases" && -d "$src/charts/kueue" ]] \
+    || die "Kueue $v source ($src) lacks config/components/crd/bases or charts/kueue"
+  mkdir -p "$dir"
+  (cd "$src/config/components/crd/bases" && copy_manifests "$crd" . *.yaml)
   cp "$src/config/components/webhook/manifests.yaml" "$dir/webhook-manifests.yaml"
   chmod 644 "$dir/webhook-manifests.yaml"
-  mv "$tmp" "$RESULT"
-  log "copied Kueue $v CRDs to $RESULT and webhooks to $dir/webhook-manifests.yaml"
+  tmp=$(mktemp -d "$dir/.chart.XXXXXX")
+  cp -R "$src/charts/kueue/." "$tmp/"
+  chmod -R u+w,go-w,a+rX "$tmp"
+  rm -rf "$KUEUE_CHART"
+  mv "$tmp" "$KUEUE_CHART"
+  log "copied Kueue $v CRDs to $crd, webhooks to $dir/webhook-manifests.yaml, chart to $KUEUE_CHART"
+  RESULT=$crd
+}
+
+# kuberay_crds VERSION: KubeRay's CRDs from ray-operator's config/crd/bases.
+# Sets RESULT to the CRD dir.
+kuberay_crds() {
+  local v=$1 dest="$CACHE/kuberay-$1/crd" src f files=()
+  RESULT=$dest
+  if [[ -f "$dest/ray.io_rayjobs.yaml" ]]; then
+    log "reusing $dest (cached)"
+    return 0
+  fi
+  module_dir "$KUBERAY_MODULE" "$v"; src="$RESULT/config/crd/bases"
+  for f in ray.io_rayjobs.yaml ray.io_rayclusters.yaml ray.io_rayservices.yaml; do
+    [[ -f "$src/$f" || "$f" == ray.io_rayservices.yaml ]] || die "$KUBERAY_MODULE@$v has no config/crd/bases/$f"
+    [[ ! -f "$src/$f" ]] || files+=("$f")
+  done
+  copy_manifests "$dest" "$src" "${files[@]}"
+  RESULT=$dest
+  log "copied KubeRay $v CRDs (${files[*]}) to $dest"
+}
+
+# provreq_crd VERSION: the ProvisioningRequest CRD from cluster-autoscaler's
+# apis module (config/crd). Sets RESULT to the CRD dir.
+provreq_crd() {
+  local v=$1 dest="$CACHE/cluster-autoscaler-apis-$1/crd" f=autoscaling.x-k8s.io_provisioningrequests.yaml
+  RESULT=$dest
+  if [[ -f "$dest/$f" ]]; then
+    log "reusing $dest (cached)"
+    return 0
+  fi
+  module_dir "$PROVREQ_MODULE" "$v"
+  copy_manifests "$dest" "$RESULT/config/crd" "$f"
+  RESULT=$dest
+  log "copied the ProvisioningRequest CRD of $PROVREQ_MODULE@$v to $dest"
+}
+
+# Sets PROVREQ_VERSION (unless given) to the cluster-autoscaler apis version
+# Kueue $KUEUE_VERSION requires, from its go.mod (kept as $CACHE/kueue-<v>/go.mod).
+provreq_version() {
+  local gomod="$CACHE/kueue-$KUEUE_VERSION/go.mod"
+  if [[ -n "$PROVREQ_VERSION" ]]; then return 0; fi
+  if [[ ! -f "$gomod" ]]; then
+    module_dir sigs.k8s.io/kueue "$KUEUE_VERSION"
+    mkdir -p "$(dirname "$gomod")"
+    cp "$RESULT_GOMOD" "$gomod.tmp" && chmod 644 "$gomod.tmp" && mv -f "$gomod.tmp" "$gomod"
+  fi
+  PROVREQ_VERSION=$(mod_version "$gomod" "$PROVREQ_MODULE")
+  [[ -n "$PROVREQ_VERSION" ]] || die "Kueue $KUEUE_VERSION's go.mod ($gomod) does not require $PROVREQ_MODULE"
 }
 
 # --- main ---------------------------------------------------------------------
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=(apiserver etcd kueue)
+[[ ${#want[@]} -gt 0 ]] || want=(apiserver controller-manager etcd kueue crds)
 
-KUBE_APISERVER="" ETCD="" KUEUE="" KUEUE_CRD_DIR=""
+KUBE_APISERVER="" KUBE_CONTROLLER_MANAGER="" ETCD="" KUEUE="" KUEUE_CRD_DIR="" KUEUE_CHART=""
+KUBERAY_CRD_DIR="" PROVREQ_CRD_DIR=""
 for c in "${want[@]}"; do
   case "$c" in
     apiserver|kube-apiserver)
       build_component kube-apiserver "$KUBE_VERSION" kube-apiserver build_apiserver
       KUBE_APISERVER=$RESULT ;;
+    controller-manager|kube-controller-manager)
+      build_component kube-controller-manager "$KUBE_VERSION" kube-controller-manager build_controller_manager
+      KUBE_CONTROLLER_MANAGER=$RESULT ;;
     etcd)
       build_component etcd "$ETCD_VERSION" etcd build_etcd
       ETCD=$RESULT ;;
@@ -174,7 +289,13 @@ for c in "${want[@]}"; do
       KUEUE=$RESULT
       kueue_manifests "$KUEUE_VERSION"
       KUEUE_CRD_DIR=$RESULT ;;
-    *) die "unknown component '$c' (expected: apiserver, etcd, kueue)" ;;
+    crds)
+      kuberay_crds "$KUBERAY_VERSION"
+      KUBERAY_CRD_DIR=$RESULT
+      provreq_version
+      provreq_crd "$PROVREQ_VERSION"
+      PROVREQ_CRD_DIR=$RESULT ;;
+    *) die "unknown component '$c' (expected: apiserver, controller-manager, etcd, kueue, crds)" ;;
   esac
 done
 
@@ -182,12 +303,15 @@ envfile="$CACHE/bin.env"
 {
   echo "# written by tests/e2e/build_components.sh"
   [[ -z "$KUBE_APISERVER" ]] || printf 'KUBE_APISERVER=%s\nKUBE_VERSION=%s\n' "$KUBE_APISERVER" "$KUBE_VERSION"
+  [[ -z "$KUBE_CONTROLLER_MANAGER" ]] || printf 'KUBE_CONTROLLER_MANAGER=%s\n' "$KUBE_CONTROLLER_MANAGER"
+  [[ -z "$KUBE_CONTROLLER_MANAGER" || -n "$KUBE_APISERVER" ]] || printf 'KUBE_VERSION=%s\n' "$KUBE_VERSION"
   [[ -z "$ETCD" ]] || printf 'ETCD=%s\nETCD_VERSION=%s\n' "$ETCD" "$ETCD_VERSION"
-  [[ -z "$KUEUE" ]] || printf 'KUEUE=%s\nKUEUE_VERSION=%s\nKUEUE_CRD_DIR=%s\n' "$KUEUE" "$KUEUE_VERSION" "$KUEUE_CRD_DIR"
+  [[ -z "$KUEUE" ]] || printf 'KUEUE=%s\nKUEUE_VERSION=%s\nKUEUE_CRD_DIR=%s\nKUEUE_CHART=%s\n' \
+    "$KUEUE" "$KUEUE_VERSION" "$KUEUE_CRD_DIR" "$KUEUE_CHART"
+  [[ -z "$KUBERAY_CRD_DIR" ]] || printf 'KUBERAY_CRD_DIR=%s\nKUBERAY_VERSION=%s\n' "$KUBERAY_CRD_DIR" "$KUBERAY_VERSION"
+  [[ -z "$PROVREQ_CRD_DIR" ]] || printf 'PROVREQ_CRD_DIR=%s\nPROVREQ_VERSION=%s\n' "$PROVREQ_CRD_DIR" "$PROVREQ_VERSION"
 } > "$envfile.tmp"
 mv -f "$envfile.tmp" "$envfile"
 
-log "binaries (also in $envfile):"
-[[ -z "$KUBE_APISERVER" ]] || echo "KUBE_APISERVER=$KUBE_APISERVER"
-[[ -z "$ETCD" ]] || echo "ETCD=$ETCD"
-[[ -z "$KUEUE" ]] || echo "KUEUE=$KUEUE"
+log "binaries and manifests (also in $envfile):"
+grep -v '^#' "$envfile" | grep -v '_VERSION=' || true

@@ -1,0 +1,131 @@
+"""The kube-controller-manager of the e2e control plane: each controller the harness runs does its job.
+
+`ControlPlane` starts kube-controller-manager (built from the same k8s.io/kubernetes module as the API server)
+with the garbage collector, namespace, job, serviceaccount and serviceaccount-token controllers. There is no
+scheduler or kubelet, so Pods stay Pending. Selected by the `e2e` marker, like test_fallback_e2e.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.e2e.kube import KubeClient
+
+if TYPE_CHECKING:
+    from tests.e2e.controlplane import ControlPlane
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    from tests.e2e.controlplane import ControlPlane
+
+    with ControlPlane() as cp:
+        pids = cp.pids()
+        assert set(pids) == {"etcd", "apiserver", "controller-manager", "kueue"}, pids
+        yield cp
+    # The harness stopped (and reaped) every child, the controller manager included.
+    alive = {name: pid for name, pid in pids.items() if _alive(pid)}
+    assert not alive, f"still running after the control plane stopped: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def namespace(client: KubeClient, name: str) -> str:
+    """A fresh namespace, once the serviceaccount controller has given it its `default` ServiceAccount."""
+    client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    client.wait_for(lambda: client.get("v1", "ServiceAccount", "default", name), TIMEOUT,
+                    f"the default ServiceAccount in {name}")
+    return name
+
+
+def configmap(name: str, ns: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"], "blockOwnerDeletion": True}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+
+def test_namespace_deletion_completes(plane: ControlPlane) -> None:
+    client = plane.client
+    ns = namespace(client, "kcm-namespace")
+    client.apply(configmap("content", ns))
+    assert client.delete("v1", "Namespace", ns)
+    # The namespace controller deletes the content (every namespaced kind, Kueue's and KubeRay's included),
+    # then removes the `kubernetes` finalizer; without it the namespace would stay Terminating.
+    client.wait_for(lambda: client.get("v1", "Namespace", ns) is None, TIMEOUT, f"namespace {ns} to be gone")
+    assert client.get("v1", "ConfigMap", "content", ns) is None
+
+
+def test_foreground_deletion_garbage_collects_the_dependent(plane: ControlPlane) -> None:
+    client = plane.client
+    ns = namespace(client, "kcm-gc")
+    parent = client.apply(configmap("parent", ns))
+    child = client.apply(configmap("child", ns, owner=parent))
+    assert child["metadata"]["ownerReferences"][0]["uid"] == parent["metadata"]["uid"]
+    assert client.delete("v1", "ConfigMap", "parent", ns, propagation_policy="Foreground")
+    # The garbage collector deletes the child, then removes the parent's foregroundDeletion finalizer.
+    client.wait_for(lambda: client.get("v1", "ConfigMap", "child", ns) is None, TIMEOUT, "the child to be collected")
+    client.wait_for(lambda: client.get("v1", "ConfigMap", "parent", ns) is None, TIMEOUT, "the parent to be gone")
+
+
+def test_service_account_token_secret_gets_a_token_the_api_server_accepts(plane: ControlPlane) -> None:
+    client = plane.client
+    ns = namespace(client, "kcm-token")
+    client.apply({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "default-token", "namespace": ns,
+                     "annotations": {"kubernetes.io/service-account.name": "default"}},
+    })
+
+    def with_token() -> dict[str, Any] | None:
+        got = client.get("v1", "Secret", "default-token", ns)
+        return got if got and "token" in (got.get("data") or {}) else None
+
+    secret = client.wait_for(with_token, TIMEOUT, "the token in the service-account-token Secret")
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert data["namespace"] == ns.encode()
+    assert data["ca.crt"] == plane.ca_file.read_bytes()  # --root-ca-file
+    # Signed with --service-account-private-key-file: the API server verifies it with --service-account-key-file.
+    as_sa = KubeClient(plane.server, plane.ca_file, data["token"].decode())
+    review = as_sa.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                           {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    assert review["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:default"
+
+
+def test_job_gets_a_pod_that_stays_pending(plane: ControlPlane) -> None:
+    client = plane.client
+    ns = namespace(client, "kcm-job")  # the Pod needs the default ServiceAccount (ServiceAccount admission)
+    client.apply({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sleep", "namespace": ns},
+        "spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        }}},
+    })
+    job = client.get("batch/v1", "Job", "sleep", ns) or {}
+    assert not job["spec"].get("suspend")  # no queue-name label: Kueue leaves it alone
+    (pod,) = client.wait_for(
+        lambda: client.list("v1", "Pod", ns, label_selector="batch.kubernetes.io/job-name=sleep") or None,
+        TIMEOUT, "the Job's Pod")
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "sleep", job["metadata"]["uid"])
+    assert pod["status"].get("phase", "Pending") == "Pending"
+    assert not pod["spec"].get("nodeName")  # no scheduler
+    client.wait_for(lambda: (client.get("batch/v1", "Job", "sleep", ns) or {}).get("status", {}).get("active") == 1,
+                    TIMEOUT, "the Job's status.active == 1")
