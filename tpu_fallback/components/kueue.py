@@ -34,14 +34,24 @@ class KueueArgs:
 
 
 class Kueue(pulumi.ComponentResource):
-    namespace: k8s.core.v1.Namespace
-    release: k8s.helm.v3.Release
+    """With `kueue.install` false (an existing cluster's own Kueue) there is no namespace or release: the
+    readiness gate alone checks that a Kueue serving kueue.x-k8s.io/v1beta2 with its webhooks is there."""
+
+    namespace: k8s.core.v1.Namespace | None
+    release: k8s.helm.v3.Release | None
     ready: k8s.batch.v1.Job  # depend on this, not on the release
 
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:kueue:Kueue", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        self.namespace = self.release = None
+        if args.kueue.install:
+            self._install(name, args, child)
+        self.ready = self._readiness_gate(name, args)
+        self.register_outputs({"version": args.kueue.version, "namespace": KUEUE_NAMESPACE,
+                               "installed": args.kueue.install})
 
+    def _install(self, name: str, args: KueueArgs, child: pulumi.ResourceOptions) -> None:
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata={"name": KUEUE_NAMESPACE}, opts=child
         )
@@ -57,13 +67,11 @@ class Kueue(pulumi.ComponentResource):
             timeout=600,
             opts=child,
         )
-        self.ready = self._readiness_gate(name, args)
-        self.register_outputs({"version": args.kueue.version, "namespace": KUEUE_NAMESPACE})
 
     def _readiness_gate(self, name: str, args: KueueArgs) -> k8s.batch.v1.Job:
         gate = "kueue-readiness-gate"
-        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
-        namespace = self.namespace.metadata["name"]
+        after_release = pulumi.ResourceOptions(parent=self, depends_on=[self.release] if self.release else [])
+        namespace = self.namespace.metadata["name"] if self.namespace else KUEUE_NAMESPACE
         account = k8s.core.v1.ServiceAccount(
             f"{name}-gate-account", metadata={"name": gate, "namespace": namespace},
             opts=pulumi.ResourceOptions(parent=self),

@@ -49,7 +49,8 @@ class WorkerAccess(pulumi.ComponentResource):
         super().__init__("tpu-fallback:multikueue:WorkerAccess", name, None, opts)
         worker, platform = args.worker, args.platform
         on_worker = pulumi.ResourceOptions(parent=self, provider=platform.cluster.provider)
-        namespace = platform.kueue.namespace.metadata["name"]
+        namespace = (platform.kueue.namespace.metadata["name"] if platform.kueue.namespace
+                     else kueue_objects.KUEUE_NAMESPACE)
         account = k8s.core.v1.ServiceAccount(
             f"{name}-account", metadata={"name": kueue_objects.MULTIKUEUE_ACCOUNT, "namespace": namespace},
             opts=on_worker,

@@ -130,7 +130,7 @@ class TpuPlatform(pulumi.ComponentResource):
 def kueue_metrics(name: str, kueue: Kueue, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
     """A PodMonitoring so Managed Service for Prometheus scrapes Kueue's controller metrics, with the token it
     needs (kueue_metrics_access). The PodMonitoring's legacy name is kept, so existing stacks only add the rest."""
-    after_release = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[kueue.release]))
+    after_release = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[kueue.ready]))
     access = [kubernetes_object(f"{name}-{obj['kind'].lower()}", obj, after_release) for obj in kueue_metrics_access()]
     return custom_resource(
         name, kueue_pod_monitoring(), pulumi.ResourceOptions.merge(after_release, pulumi.ResourceOptions(

@@ -96,6 +96,7 @@ class KueueSettings:
     version: str = "0.19.2"
     feature_gates: tuple[tuple[str, bool], ...] = (("ElasticJobsViaWorkloadSlices", True),)
     pod_monitoring: bool = False  # a PodMonitoring for Kueue's metrics (Managed Service for Prometheus)
+    install: bool = True  # False (existing clusters only): use the Kueue already running, after checking it
 
     @property
     def elastic_jobs(self) -> bool:
@@ -149,6 +150,17 @@ class NetworkSettings:
 
 
 @dataclass(frozen=True)
+class ExistingClusterSettings:
+    """A cluster made elsewhere: the stack installs only Kueue, its readiness gate and the fallback queues."""
+
+    name: str  # its GKE name (outputs, and the GKE exec kubeconfig)
+    location: str  # its zone or region
+    # True: the secret config value `kubeconfig` reaches it; False: a gke-gcloud-auth-plugin kubeconfig from
+    # the cluster's endpoint and CA, looked up by name and location.
+    kubeconfig: bool = False
+
+
+@dataclass(frozen=True)
 class ManagerSettings:
     cluster_name: str
     location: str  # a region for Autopilot, a zone for a Standard manager
@@ -191,6 +203,7 @@ class Settings:
     maintenance: MaintenanceSettings = MaintenanceSettings()
     network: NetworkSettings = NetworkSettings()
     multikueue: MultiKueueSettings = MultiKueueSettings()
+    existing_cluster: ExistingClusterSettings | None = None
     node_account_id: str = ""  # the nodes' service account id; set by the parser, unique among the stack's clusters
 
     @property
@@ -207,7 +220,14 @@ class Settings:
 CONFIG_KEYS = (
     "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
     "deletionProtection", "protect", "enableApis", "secureBoot", "maintenance", "network", "multikueue",
+    "existingCluster", "kubeconfig",
 )
+# What only a cluster this stack creates uses (config key -> Settings field): refused in existing-cluster mode
+# when set to anything but its default, rather than silently ignored. (The CLI hands over Pulumi.yaml's
+# defaults too, so "set" means "differs from the default".)
+_CREATED_CLUSTER_ONLY = {"gkeVersion": "gke_version", "deletionProtection": "deletion_protection",
+                         "protect": "protect", "enableApis": "enable_apis", "secureBoot": "secure_boot",
+                         "maintenance": "maintenance", "network": "network"}
 
 
 def _gke_version_tuple(version: str) -> tuple[int, int, float, float]:
@@ -228,8 +248,12 @@ def _gke_version_tuple(version: str) -> tuple[int, int, float, float]:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
-    """Validate raw config values (keys without the project namespace, objects already decoded)."""
+def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: frozenset[str] = frozenset()
+                   ) -> Settings:
+    """Validate raw config values (keys without the project namespace, objects already decoded).
+
+    `secret_keys` names the keys the stack holds as secrets (only `kubeconfig` must be one).
+    """
     unknown = sorted(set(raw) - set(CONFIG_KEYS))
     if unknown:
         raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting; known: {', '.join(CONFIG_KEYS)}")
@@ -312,7 +336,8 @@ def parse_settings(raw: Mapping[str, Any], project: str | None) -> Settings:
         network=_parse_network(raw.get("network")),
     )
     _check_quotas(settings)
-    settings = replace(settings, node_account_id=node_account_ids([cluster_name])[0])
+    settings = replace(settings, node_account_id=node_account_ids([cluster_name])[0],
+                       existing_cluster=_parse_existing_cluster(raw, settings, secret_keys))
     multikueue = _parse_multikueue(raw, settings)
     if multikueue.enabled:
         settings = replace(settings, multikueue=multikueue)
@@ -391,7 +416,7 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
 
 def _parse_kueue(value: Any) -> KueueSettings:
     d = KueueSettings()
-    obj = object_("kueue", value, ("version", "featureGates", "podMonitoring"))
+    obj = object_("kueue", value, ("version", "featureGates", "podMonitoring", "install"))
     version = string("kueue.version", obj.get("version", d.version), _SEMVER,
                      "expected a Kueue chart version x.y.z such as 0.19.2")
     gates_raw = obj.get("featureGates", dict(d.feature_gates))
@@ -406,7 +431,8 @@ def _parse_kueue(value: Any) -> KueueSettings:
             raise fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
         gates.append((name, enabled))
     return KueueSettings(version=version, feature_gates=tuple(gates),
-                         pod_monitoring=boolean("kueue.podMonitoring", obj.get("podMonitoring", False)))
+                         pod_monitoring=boolean("kueue.podMonitoring", obj.get("podMonitoring", False)),
+                         install=boolean("kueue.install", obj.get("install", True)))
 
 
 def _parse_queues(value: Any) -> QueueSettings:
@@ -539,6 +565,42 @@ def node_account_ids(cluster_names: list[str]) -> list[str]:
     return out
 
 
+def _parse_existing_cluster(raw: Mapping[str, Any], settings: Settings, secret_keys: frozenset[str]
+                            ) -> ExistingClusterSettings | None:
+    has_kubeconfig = raw.get("kubeconfig") is not None
+    if raw.get("existingCluster") is None:
+        if has_kubeconfig:
+            raise fail("kubeconfig", "[secret]", "a kubeconfig is only used with existingCluster {name, location}")
+        if not settings.kueue.install:
+            raise fail("kueue.install", False, "only an existing cluster can bring its own Kueue; set existingCluster")
+        return None
+    obj = object_("existingCluster", raw["existingCluster"], ("name", "location"))
+    if has_kubeconfig and "kubeconfig" not in secret_keys:
+        raise fail("kubeconfig", "[not shown]", "must be a secret: pulumi config set --secret kubeconfig < FILE")
+    if has_kubeconfig and not isinstance(raw["kubeconfig"], str):
+        raise fail("kubeconfig", "[not shown]", "expected the kubeconfig file's text")
+    if _boolean_enabled(raw.get("multikueue")):
+        raise fail("existingCluster", dict(obj), "multikueue builds its own clusters; use one or the other")
+    defaults = Settings(project=settings.project)
+    given = [k for k, attr in _CREATED_CLUSTER_ONLY.items() if getattr(settings, attr) != getattr(defaults, attr)]
+    if given:
+        raise fail(given[0], raw.get(given[0]), "applies only to a cluster this stack creates; an existingCluster "
+                   "stack installs Kueue and the fallback queues only")
+    location = obj.get("location", settings.location)
+    if not isinstance(location, str) or not (_ZONE.match(location) or _REGION.match(location)):
+        raise fail("existingCluster.location", location, "expected the cluster's zone or region")
+    return ExistingClusterSettings(
+        name=string("existingCluster.name", obj.get("name", settings.cluster_name), _CLUSTER_NAME,
+                    "expected a GKE cluster name"),
+        location=location,
+        kubeconfig=has_kubeconfig,
+    )
+
+
+def _boolean_enabled(value: Any) -> bool:
+    return isinstance(value, Mapping) and value.get("enabled") in (True, "true")
+
+
 def _check_zone(location: str, family: catalog.TpuFamily, flex_start: FlexStartSettings) -> None:
     """The zone must offer the TPU family, and flex-start for it when plan B is on (catalog, dated)."""
     if location in catalog.ALL_KNOWN_ZONES and location not in family.known_zones:
@@ -627,7 +689,7 @@ def _check_quotas(settings: Settings) -> None:
 
 
 _OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance", "network",
-                          "multikueue"})
+                          "multikueue", "existingCluster"})
 
 
 def decode_config(values: Mapping[str, str]) -> dict[str, Any]:

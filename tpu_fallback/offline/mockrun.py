@@ -223,7 +223,7 @@ class _Mocks(mocks.Mocks):
         return f"{args.name}-id", state
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+        return {}, []
 
 
 class _RecordingMonitor(mocks.MockMonitor):
@@ -331,6 +331,7 @@ def run_program(
     stack_references: Mapping[str, Mapping[str, Any]] | None = None,
     timeout: float = 120.0,
     raise_errors: bool = True,
+    secret_overrides: Mapping[str, Any] | None = None,
 ) -> ProgramRun:
     """Evaluate the project's `__main__.py` for `stack` under mocks.
 
@@ -338,7 +339,7 @@ def run_program(
     set and whose `resources` are whatever was registered before the failure.
 
     `overrides` replaces config keys (`key` for the project's namespace, or `namespace:key`);
-    a value of None removes the key.
+    a value of None removes the key. `secret_overrides` sets keys as `pulumi config set --secret` would.
     """
     project_dir = Path(project_dir).resolve()
     project, config, secret_keys = stack_config(project_dir, stack)
@@ -348,6 +349,10 @@ def run_program(
             config.pop(full, None)
         else:
             config[full] = encode_config_value(value)
+    for key, value in (secret_overrides or {}).items():
+        full = key if ":" in key else f"{project}:{key}"
+        config[full] = encode_config_value(value)
+        secret_keys.append(full)
 
     with _RUN_LOCK:
         monitor = _RecordingMonitor(_Mocks(stack_references or {}))

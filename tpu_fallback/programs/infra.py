@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env
+from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from tpu_fallback.components.apis import MONITORING_APIS, REQUIRED_APIS, ProjectApis, ProjectApisArgs
+from tpu_fallback.components.existing import ExistingClusterPlatform, ExistingClusterPlatformArgs
 from tpu_fallback.components.monitoring import KueueDashboard, KueueDashboardArgs
 from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
-from tpu_fallback.model.settings import Settings, decode_config, parse_settings
+from tpu_fallback.model.settings import PROJECT, Settings, decode_config, parse_settings
 
 
 def load_settings() -> Settings:
     """Read this project's config keys from the running Pulumi program and validate them."""
     values = {**get_config_env(), **CONFIG.get()}
-    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"))
+    secrets = frozenset(k.removeprefix(f"{PROJECT}:") for k in values if is_config_secret(k))
+    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"), secrets)
 
 
 def main() -> None:
     """Run the infra program (__main__.py) and export its outputs."""
     settings = load_settings()  # validates every key before any resource is registered
+    if settings.existing_cluster is not None:
+        kubeconfig = pulumi.Config().require_secret("kubeconfig") if settings.existing_cluster.kubeconfig else None
+        existing = ExistingClusterPlatform(settings.existing_cluster.name,
+                                           ExistingClusterPlatformArgs(settings, kubeconfig))
+        for name, value in existing.outputs.exports().items():
+            pulumi.export(name, value)
+        return
     services = (*REQUIRED_APIS, *(MONITORING_APIS if settings.kueue.pod_monitoring else ()))
     apis = (ProjectApis(f"{settings.cluster_name}-apis", ProjectApisArgs(settings.project, services)).services
             if settings.enable_apis else [])
