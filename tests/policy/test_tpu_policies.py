@@ -240,6 +240,11 @@ def test_without_a_cluster_queue_there_is_nothing_to_check() -> None:
     assert check_on_demand_quota([R(NODE_POOL, tpu_pool(max_nodes=0.0))]) == []
 
 
+def test_a_stack_without_node_pools_cannot_be_checked() -> None:
+    # Existing-cluster mode: the pools are another stack's, so their capacity is unknown here.
+    assert check_on_demand_quota([R(CLUSTER_QUEUE, cluster_queue(16))]) == []
+
+
 def test_other_flavors_and_api_versions() -> None:
     pools = [R(NODE_POOL, tpu_pool())]
     assert check_on_demand_quota([*pools, R(CLUSTER_QUEUE, cluster_queue(64, flavor="spot"))]) == []

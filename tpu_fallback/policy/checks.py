@@ -355,8 +355,8 @@ def check_on_demand_quota(resources: Sequence[Resource]) -> list[Finding]:
     capacity admits jobs to plan A that can never be scheduled there, and they never reach plan B.
     """
     queues = [r for r in resources if CLUSTER_QUEUE.match(r.type)]
-    if not queues:
-        return []
+    if not queues or not any(r.type == NODE_POOL for r in resources):
+        return []  # no queue, or the pools belong to another stack (existing-cluster mode): nothing to compare
     capacity, findings = on_demand_capacity(resources)
     for queue in queues:
         name = get(queue.props, "metadata", "name") or queue.name
