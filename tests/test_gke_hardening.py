@@ -76,9 +76,9 @@ def test_enabling_apis_can_be_left_to_the_project_owner() -> None:
 def test_a_base_pool_name_that_overflows_with_its_slice_suffix_is_refused() -> None:
     name = "on-demand-" + "x" * 29  # 39 characters: valid alone, "-2" makes 41
     with pytest.raises(ConfigError) as err:
-        parse_settings({"onDemand": {"name": name, "maxSlices": 2}}, "p")
+        parse_settings({"onDemand": {"name": name, "maxSlices": 2}}, "my-project")
     assert "onDemand.name" in str(err.value) and f"{name}-2" in str(err.value) and "40" in str(err.value)
-    assert parse_settings({"onDemand": {"name": name, "maxSlices": 1}}, "p").on_demand.name == name
+    assert parse_settings({"onDemand": {"name": name, "maxSlices": 1}}, "my-project").on_demand.name == name
 
 
 # 5. Flex-start zones ----------------------------------------------------------------------------------------------
@@ -86,17 +86,18 @@ def test_a_base_pool_name_that_overflows_with_its_slice_suffix_is_refused() -> N
 
 def test_single_cluster_location_must_offer_flex_start_for_plan_b() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_settings({"location": "us-central1-b"}, "p")  # v6e on demand, no v6e flex-start
+        parse_settings({"location": "us-central1-b"}, "my-project")  # v6e on demand, no v6e flex-start
     message = str(err.value)
     assert message.startswith('location "us-central1-b" is invalid')
     assert all(zone in message for zone in sorted(catalog.FAMILIES["v6e"].flex_start_zones))
-    assert parse_settings({"location": "us-central1-b", "flexStart": {"enabled": False}}, "p").location
-    assert parse_settings({"location": "us-central1-b", "flexStart": {"allowUnlistedZone": True}}, "p").location
+    assert parse_settings({"location": "us-central1-b", "flexStart": {"enabled": False}}, "my-project").location
+    allowed = {"location": "us-central1-b", "flexStart": {"allowUnlistedZone": True}}
+    assert parse_settings(allowed, "my-project").location
 
 
 def test_single_cluster_location_must_offer_the_family() -> None:
     with pytest.raises(ConfigError, match='location "us-central2-b" is invalid: v6e TPUs are not offered there'):
-        parse_settings({"location": "us-central2-b", "flexStart": {"enabled": False}}, "p")
+        parse_settings({"location": "us-central2-b", "flexStart": {"enabled": False}}, "my-project")
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod", "global"])
@@ -127,7 +128,7 @@ def test_maintenance_is_configurable() -> None:
                           ({"dailyWindowStart": "25:00"}, "maintenance.dailyWindowStart"),
                           ({"window": "03:00"}, "maintenance.window is not a known setting")):
         with pytest.raises(ConfigError, match=fragment):
-            parse_settings({"maintenance": bad}, "p")
+            parse_settings({"maintenance": bad}, "my-project")
 
 
 def test_the_manager_gets_a_window_but_no_exclusion() -> None:

@@ -249,7 +249,7 @@ def test_offline_plan_reports_a_bad_stack(tmp_path: Path) -> None:
     (project / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (project / "__main__.py").write_text((REPO_ROOT / "__main__.py").read_text())
     (project / "Pulumi.bad.yaml").write_text(
-        "config:\n  gcp:project: p\n  tpu-fallback:tpu:\n    type: v6e\n    topology: 3x3\n")
+        "config:\n  gcp:project: my-project\n  tpu-fallback:tpu:\n    type: v6e\n    topology: 3x3\n")
     result = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "bad", "--project", str(project),
                              "--out", str(tmp_path / "out")],
                             cwd=REPO_ROOT, capture_output=True, text=True, check=False)

@@ -223,7 +223,7 @@ def test_bad_queue_config_is_a_clear_error_and_registers_nothing(overrides: dict
 
 
 def test_on_flavors_must_name_a_flavor_of_the_queue() -> None:
-    plan = queue_plan(parse_settings({"flexStart": {"enabled": False}}, "p"))
+    plan = queue_plan(parse_settings({"flexStart": {"enabled": False}}, "my-project"))
     with pytest.raises(ValueError, match=r"dws-prov refers to missing flavor\(s\) \['dws'\]"):
         manifests.cluster_queue(plan, [{"name": "dws-prov", "onFlavors": ["dws"]}])
 

@@ -12,7 +12,7 @@ from tpu_fallback.model.validation import ConfigError
 
 
 def test_defaults_are_the_tutorial() -> None:
-    s = parse_settings({}, "proj")
+    s = parse_settings({}, "my-project")
     # The tutorial's 1.34 reached end of life on 2026-10-01 (GKE release schedule): the oldest minor still offered.
     assert (s.cluster_name, s.location, s.gke_version) == ("tpu-cluster", "us-east5-b", "1.35")
     assert (s.tpu.family.name, s.tpu.topology, s.tpu.machine_type) == ("v6e", "4x4", "ct6e-standard-4t")
@@ -61,7 +61,7 @@ BAD: list[tuple[dict[str, Any], list[str]]] = [
 @pytest.mark.parametrize(("raw", "fragments"), BAD, ids=[str(b[0]) for b in BAD])
 def test_bad_input_is_a_clear_error(raw: dict[str, Any], fragments: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
-        parse_settings(raw, "proj")
+        parse_settings(raw, "my-project")
     for fragment in fragments:
         assert fragment in str(err.value)
 
@@ -73,40 +73,40 @@ def test_missing_project() -> None:
 
 def test_gke_versions_at_or_above_the_oldest_offered_minor_pass() -> None:
     for version in ("1.35", "1.35.8-gke.1036000", "1.36", "1.37.1"):
-        assert parse_settings({"gkeVersion": version}, "proj").gke_version == version
+        assert parse_settings({"gkeVersion": version}, "my-project").gke_version == version
 
 
 def test_partial_objects_keep_defaults() -> None:
-    s = parse_settings({"tpu": {"topology": "4x8"}, "onDemand": {"maxSlices": 2}}, "proj")
+    s = parse_settings({"tpu": {"topology": "4x8"}, "onDemand": {"maxSlices": 2}}, "my-project")
     assert s.tpu.family.name == "v6e" and s.tpu.hosts_per_slice == 8
     assert s.on_demand.name == "on-demand-pool" and s.on_demand.max_slices == 2
 
 
 def test_on_demand_quota_defaults_to_the_tutorial_and_scales_with_plan_a() -> None:
-    assert parse_settings({}, "p").on_demand_quota == Resources(40, "75Gi")
-    assert parse_settings({"onDemand": {"maxSlices": 2}}, "p").on_demand_quota == Resources(80, "150Gi")
+    assert parse_settings({}, "my-project").on_demand_quota == Resources(40, "75Gi")
+    assert parse_settings({"onDemand": {"maxSlices": 2}}, "my-project").on_demand_quota == Resources(80, "150Gi")
     # 2 hosts x 18.75Gi is not a whole number of Gi, so it is written in Mi.
-    assert parse_settings({"tpu": {"topology": "2x4"}}, "p").on_demand_quota == Resources(20, "38400Mi")
-    configured = parse_settings({"queues": {"quotas": {"onDemand": {"cpu": 64, "memory": "128Gi"}}}}, "p")
+    assert parse_settings({"tpu": {"topology": "2x4"}}, "my-project").on_demand_quota == Resources(20, "38400Mi")
+    configured = parse_settings({"queues": {"quotas": {"onDemand": {"cpu": 64, "memory": "128Gi"}}}}, "my-project")
     assert configured.on_demand_quota == Resources(64, "128Gi")
 
 
 def test_configured_on_demand_quota_too_small_for_one_slice() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_settings({"queues": {"quotas": {"onDemand": {"cpu": 10, "memory": "75Gi"}}}}, "p")
+        parse_settings({"queues": {"quotas": {"onDemand": {"cpu": 10, "memory": "75Gi"}}}}, "my-project")
     assert "queues.quotas.onDemand" in str(err.value) and "cpu 32" in str(err.value)
 
 
 def test_worker_request_larger_than_the_tpu_host() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_settings({"queues": {"workerRequest": {"cpu": 200, "memory": "16Gi"}}}, "p")
+        parse_settings({"queues": {"workerRequest": {"cpu": 200, "memory": "16Gi"}}}, "my-project")
     assert "queues.workerRequest" in str(err.value) and "180 vCPU" in str(err.value)
 
 
 def test_system_quota_must_hold_one_jobs_head_submitter_and_autoscaler() -> None:
     # head 2 CPU / 4Gi + KubeRay's submitter and autoscaler 1 CPU / 712Mi (measured by the end-to-end test)
-    ok = parse_settings({"queues": {"quotas": {"system": {"cpu": 3, "memory": "4808Mi"}}}}, "p")
+    ok = parse_settings({"queues": {"quotas": {"system": {"cpu": 3, "memory": "4808Mi"}}}}, "my-project")
     assert ok.queues.system_quota == Resources(3, "4808Mi")
     for system in ({"cpu": "2900m", "memory": "4808Mi"}, {"cpu": 3, "memory": "4807Mi"}):
         with pytest.raises(ConfigError, match=r"queues\.quotas\.system"):
-            parse_settings({"queues": {"quotas": {"system": system}}}, "p")
+            parse_settings({"queues": {"quotas": {"system": system}}}, "my-project")

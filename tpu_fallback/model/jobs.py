@@ -17,14 +17,27 @@ from tpu_fallback.model.outputs import JOBS_READS, TPU_FIELDS
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.validation import (
     ConfigError,
+    did_you_mean,
     fail,
     integer,
     non_empty_string,
     object_,
     resources,
+    string,
 )
 
 JOBS_PROJECT = "tpu-fallback-jobs"
+JOBS_CONFIG_KEYS = ("infraStack", "jobs")
+MAX_COPIES = 100  # copies of one job: each is a RayJob in the stack; more belongs in a job queue, not in config
+# Set by the program from the infra stack's outputs (training_env): a job's env must not override them.
+DERIVED_ENV_PREFIX = "TPU_FALLBACK_"
+# A container image reference (the distribution/reference grammar, simplified): [host[:port]/]path[:tag][@digest].
+_IMAGE = re.compile(
+    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::\d+)?/)?"  # registry host
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"  # repository path
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"  # tag, digest
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
 _STACK = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}$")
 # RayJob names end up in Kueue workload and KubeRay object names; keep them short enough for a label value.
@@ -102,6 +115,14 @@ _JOB_KEYS = ("name", "count", "queue", "image", "entrypoint", "pip", "workerRequ
              "elastic", "env")
 
 
+def check_jobs_config_keys(keys: list[str]) -> None:
+    """The jobs project's own keys (without namespace): a misspelled `jobs` would submit the default jobs."""
+    for key in sorted(keys):
+        if key not in JOBS_CONFIG_KEYS:
+            raise ConfigError(f"{JOBS_PROJECT}:{key} is not a known setting{did_you_mean(key, JOBS_CONFIG_KEYS)}; "
+                              f"known: {', '.join(JOBS_CONFIG_KEYS)}")
+
+
 def parse_infra_stack(value: Any) -> str:
     if not isinstance(value, str) or not _STACK.match(value):
         raise fail("infraStack", value, "expected the infrastructure stack's name, e.g. organization/tpu-fallback/dev")
@@ -141,15 +162,23 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
             raise fail(f"{key}.elastic", elastic_raw, "expected true, false or {minReplicas, maxReplicas}")
         env = raw.get("env", {})
         if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise fail(f"{key}.env", env, "expected a map of variable name to string value")
+            raise fail(f"{key}.env", env, "expected a map of variable name to string value (quote numbers)")
+        for variable in env:
+            if not _ENV_NAME.match(variable):
+                raise fail(f"{key}.env", variable, "expected an environment variable name such as MY_FLAG")
+            if variable.startswith(DERIVED_ENV_PREFIX):
+                raise fail(f"{key}.env.{variable}", env[variable], f"{DERIVED_ENV_PREFIX}* variables are set from the "
+                           "infra stack's TPU outputs (workers, chips, topology); change the infra stack instead")
         queue = raw.get("queue")
         if queue is not None and (not isinstance(queue, str) or not queue):
             raise fail(f"{key}.queue", queue, "expected a local queue name such as user-queue or default/user-queue")
         job = JobSpec(
             name=name,
-            count=integer(f"{key}.count", raw.get("count", d.count), 1),
+            count=_count(f"{key}.count", raw.get("count", d.count)),
             queue=queue,
-            image=non_empty_string(f"{key}.image", raw.get("image", d.image)),
+            image=string(f"{key}.image", raw.get("image", d.image), _IMAGE,
+                         "expected a container image reference such as rayproject/ray:2.53.0-py311 or "
+                         "us-docker.pkg.dev/my-project/ray/ray:2.53.0@sha256:<digest>"),
             entrypoint=non_empty_string(f"{key}.entrypoint", raw.get("entrypoint", d.entrypoint)),
             pip=tuple(pip),
             worker_request=resources(f"{key}.workerRequest", raw.get("workerRequest"), d.worker_request, positive=True),
@@ -162,6 +191,14 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
             raise fail(f"{key}.name", job.name, "job names must be unique")
         jobs.append(job)
     return tuple(jobs)
+
+
+def _count(key: str, value: Any) -> int:
+    count = integer(key, value, 1)
+    if count > MAX_COPIES:
+        raise fail(key, count, f"at most {MAX_COPIES} copies per job (each copy is one RayJob in this stack); how "
+                   "many run at once is set by the infra stack's quotas, the rest wait in Kueue's queue")
+    return count
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model.kueue_features import FEATURE_GATES
 from tpu_fallback.model.quantity import Resources, parse_quantity
 from tpu_fallback.model.validation import (
     DNS_LABEL,
     ConfigError,
     boolean,
+    did_you_mean,
     fail,
     integer,
     object_,
@@ -48,6 +50,9 @@ _GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _FEATURE_GATE = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 _DURATION = re.compile(r"^\d+s$")
+_DNS_LABEL_RULE = "expected a lowercase DNS label: letters, digits and hyphens, at most 63 characters"
+_NAMESPACE_RULE = "expected a Kubernetes namespace name: lowercase letters, digits and hyphens, at most 63 characters"
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # GCP "Creating and managing projects": project IDs
 _HOUR_MINUTE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 _RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _NETWORK_REF = re.compile(r"^(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/"
@@ -256,9 +261,14 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     """
     unknown = sorted(set(raw) - set(CONFIG_KEYS))
     if unknown:
-        raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting; known: {', '.join(CONFIG_KEYS)}")
+        raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting{did_you_mean(unknown[0], CONFIG_KEYS)}; "
+                          f"known: {', '.join(CONFIG_KEYS)}")
     if not project:
         raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
+    string("gcp:project", project, _PROJECT_ID, "a GCP project id has 6 to 30 lowercase letters, digits or hyphens, "
+           "starts with a letter and does not end with a hyphen (the id, not the project's display name or number)")
+    for key in ("gkeVersion",):
+        _refuse_number(key, raw.get(key))
 
     defaults = Settings(project=project)
     cluster_name = string(
@@ -346,7 +356,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
 
 def _parse_tpu(value: Any) -> catalog.TpuSlice:
     obj = object_("tpu", value, ("type", "topology", "machineType"))
-    family_name = obj.get("type", "v6e")
+    family_name = string("tpu.type", obj.get("type", "v6e"), None, f"expected one of {', '.join(catalog.FAMILIES)}")
     if family_name not in catalog.FAMILIES:
         raise fail("tpu.type", family_name, f"unknown TPU family; valid: {', '.join(catalog.FAMILIES)}")
     fam = catalog.FAMILIES[family_name]
@@ -414,9 +424,17 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
     )
 
 
+def _refuse_number(key: str, value: Any) -> None:
+    """A version written without quotes reaches the program as a number (1.40 as 1.4): say so."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise fail(key, value, f'a version is text: quote it in the stack file ({key}: "{value}"), since YAML reads an '
+                   "unquoted 1.40 as the number 1.4")
+
+
 def _parse_kueue(value: Any) -> KueueSettings:
     d = KueueSettings()
     obj = object_("kueue", value, ("version", "featureGates", "podMonitoring", "install"))
+    _refuse_number("kueue.version", obj.get("version"))
     version = string("kueue.version", obj.get("version", d.version), _SEMVER,
                      "expected a Kueue chart version x.y.z such as 0.19.2")
     gates_raw = obj.get("featureGates", dict(d.feature_gates))
@@ -429,6 +447,10 @@ def _parse_kueue(value: Any) -> KueueSettings:
             raise fail("kueue.featureGates", name, "gate names are CamelCase such as ElasticJobsViaWorkloadSlices")
         if not isinstance(enabled, bool):
             raise fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
+        known = FEATURE_GATES.get(version)
+        if known is not None and name not in known:
+            raise fail("kueue.featureGates", name, f"Kueue {version} has no such feature gate"
+                       f"{did_you_mean(name, known)} (its controller would exit with 'unrecognized feature gate')")
         gates.append((name, enabled))
     return KueueSettings(version=version, feature_gates=tuple(gates),
                          pod_monitoring=boolean("kueue.podMonitoring", obj.get("podMonitoring", False)),
@@ -441,7 +463,7 @@ def _parse_queues(value: Any) -> QueueSettings:
         "clusterQueue", "localQueues", "namespaceLabels", "quotas", "capFlexStart", "workerRequest", "headRequest",
     ))
     cluster_queue = string("queues.clusterQueue", obj.get("clusterQueue", d.cluster_queue), DNS_LABEL,
-                           "expected a lowercase DNS label")
+                           _DNS_LABEL_RULE)
     local_raw = obj.get("localQueues")
     local_queues = d.local_queues
     if local_raw is not None:
@@ -453,8 +475,8 @@ def _parse_queues(value: Any) -> QueueSettings:
             item = object_(key, entry, ("namespace", "name"))
             queue = LocalQueueSettings(
                 namespace=string(f"{key}.namespace", item.get("namespace", "default"), DNS_LABEL,
-                                 "expected a Kubernetes namespace name"),
-                name=string(f"{key}.name", item.get("name"), DNS_LABEL, "expected a lowercase DNS label"),
+                                 _NAMESPACE_RULE),
+                name=string(f"{key}.name", item.get("name"), DNS_LABEL, _DNS_LABEL_RULE),
             )
             if queue in parsed:
                 raise fail(key, f"{queue.namespace}/{queue.name}", "local queues must be unique")

@@ -8,8 +8,9 @@ Every reader takes the full key path (`queues.quotas.system.cpu`, `jobs[0].count
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -31,8 +32,34 @@ def fail(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"{key} {show(value)} is invalid: {allowed}")
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """' (did you mean maxSlices?)' for the nearest known word, or '' when nothing is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    if not close:  # also catch a case slip: maxslices for maxSlices
+        close = [k for k in known if k.lower() == word.lower()]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def unknown_key(key: str, unknown: str, allowed_keys: Sequence[str]) -> ConfigError:
-    return ConfigError(f"{key}.{unknown} is not a known setting; {key} accepts: {', '.join(allowed_keys)}")
+    return ConfigError(f"{key}.{unknown} is not a known setting{did_you_mean(unknown, allowed_keys)}; "
+                       f"{key} accepts: {', '.join(allowed_keys)}")
+
+
+def check_config_namespaces(keys: Iterable[str], allowed: Mapping[str, frozenset[str] | None]) -> None:
+    """Every `namespace:key` of a stack's config belongs to a namespace the program reads (and, where the set of
+    keys is given, is one of them). A misspelled namespace (tpu-falback:clusterName) would otherwise be
+    silently ignored. `pulumi:` keys (engine options) are left to the CLI."""
+    for full in sorted(keys):
+        namespace, _, name = full.partition(":")
+        if namespace == "pulumi" or not name:
+            continue
+        if namespace not in allowed:
+            raise ConfigError(
+                f"{full} is not read by this program: namespace {namespace}{did_you_mean(namespace, allowed)} "
+                f"is not one of {', '.join(sorted(allowed))} (and pulumi)")
+        known = allowed[namespace]
+        if known is not None and name not in known:
+            raise ConfigError(f"{full} is not a {namespace} provider setting{did_you_mean(name, known)}")
 
 
 def object_(key: str, value: Any, allowed_keys: Sequence[str]) -> Mapping[str, Any]:

@@ -20,14 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks, rpc
 from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from tpu_fallback.offline import stackfile
+
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the repository: Pulumi.yaml, jobs/, the stack files
 SECRET_PLACEHOLDER = "[secret]"
+# Secure values the programs only hand on (never parse), so a placeholder renders faithfully offline.
+OFFLINE_SECRETS = frozenset({"tpu-fallback:kubeconfig"})
 MOCK_ENDPOINT = "203.0.113.10"  # TEST-NET-3: never a real address
 MOCK_CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nmock\n-----END CERTIFICATE-----\n").decode()
 
@@ -157,13 +160,13 @@ def kubernetes_manifest(resource: RecordedResource) -> dict[str, Any]:
 
 def stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, str], list[str]]:
     """Return (project name, config map, secret keys) for a stack of the project in `project_dir`."""
-    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    project_file = stackfile.read(project_dir / "Pulumi.yaml")
     project = project_file["name"]
     stack_path = project_dir / f"Pulumi.{stack}.yaml"
     if not stack_path.exists():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in project_dir.glob("Pulumi.*.yaml"))
         raise FileNotFoundError(f"no stack {stack!r} in {project_dir} (stack files: {', '.join(known) or 'none'})")
-    stack_file = yaml.safe_load(stack_path.read_text()) or {}
+    stack_file = stackfile.read(stack_path)
 
     values: dict[str, Any] = {}
     for key, spec in (project_file.get("config") or {}).items():
@@ -179,6 +182,11 @@ def stack_config(project_dir: Path, stack: str) -> tuple[str, dict[str, str], li
     for key, value in (stack_file.get("config") or {}).items():
         full = key if ":" in key else f"{project}:{key}"
         if isinstance(value, Mapping) and set(value) == {"secure"}:
+            if full not in OFFLINE_SECRETS:
+                raise stackfile.StackFileError(
+                    f"{stack_path.name}: {full} is a secure value, which the offline plan cannot decrypt (only the "
+                    "Pulumi CLI with the stack's secrets provider can); render with a plain placeholder in a copy of "
+                    "the stack file, or use `pulumi preview`")
             value = SECRET_PLACEHOLDER  # ciphertext cannot be decrypted without the CLI
             secret_keys.append(full)
         values[full] = value
@@ -313,7 +321,7 @@ def infra_references(project_dir: Path | str, stack: str) -> dict[str, dict[str,
     infra_stack = config.get(f"{project}:infraStack")
     if not infra_stack:
         return {}
-    infra_project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())["name"]
+    infra_project = stackfile.read(REPO_ROOT / "Pulumi.yaml")["name"]
     parts = infra_stack.split("/")
     if len(parts) > 1 and parts[-2] != infra_project:
         raise ValueError(f"infraStack {infra_stack!r} is not a stack of project {infra_project!r}")
@@ -381,6 +389,9 @@ def run_program(
         secret_outputs: set[str] = set()
         try:
             outputs, secret_outputs = _sync_await(asyncio.wait_for(run_and_collect(), timeout))
+        except TimeoutError:
+            error = TimeoutError(f"the {project} program did not finish within {timeout:.0f} s under the mock runtime "
+                                 f"({len(monitor.recorded)} resources registered so far)")
         except Exception as err:  # noqa: BLE001 - handed to the caller below
             error = err
         finally:

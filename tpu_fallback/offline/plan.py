@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     project_dir = (REPO_ROOT / args.project).resolve()
+    name = "infra" if args.project in (".", "") else Path(args.project).name
+    out_dir = args.out or DEFAULT_OUT / f"{name}-{args.stack}"
+    shutil.rmtree(out_dir, ignore_errors=True)  # a failed render must not leave an earlier plan looking current
     started = time.perf_counter()
     try:
         if args.stack_outputs:
@@ -177,8 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"({len(run.resources)} resources were registered before the failure)", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - started
-    name = "infra" if args.project in (".", "") else Path(args.project).name
-    out_dir = args.out or DEFAULT_OUT / f"{name}-{args.stack}"
     kube_path, summary_path = write_plan(run, out_dir)
     if not args.quiet:
         print(summary_path.read_text())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pulumi
-from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
 from tpu_fallback.components.apis import MONITORING_APIS, REQUIRED_APIS, ProjectApis, ProjectApisArgs
 from tpu_fallback.components.existing import ExistingClusterPlatform, ExistingClusterPlatformArgs
@@ -11,18 +10,21 @@ from tpu_fallback.components.monitoring import KueueDashboard, KueueDashboardArg
 from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
 from tpu_fallback.model.settings import PROJECT, Settings, decode_config, parse_settings
+from tpu_fallback.model.validation import check_config_namespaces
+from tpu_fallback.programs.config import all_config, gcp_provider_keys, reported_cleanly, secret_keys
 
 
 def load_settings() -> Settings:
     """Read this project's config keys from the running Pulumi program and validate them."""
-    values = {**get_config_env(), **CONFIG.get()}
-    secrets = frozenset(k.removeprefix(f"{PROJECT}:") for k in values if is_config_secret(k))
-    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"), secrets)
+    values = all_config()
+    check_config_namespaces(values, {PROJECT: None, "gcp": gcp_provider_keys()})
+    return parse_settings(decode_config(values), pulumi.Config("gcp").get("project"), secret_keys(values, PROJECT))
 
 
 def main() -> None:
     """Run the infra program (__main__.py) and export its outputs."""
-    settings = load_settings()  # validates every key before any resource is registered
+    with reported_cleanly():
+        settings = load_settings()  # validates every key before any resource is registered
     if settings.existing_cluster is not None:
         kubeconfig = pulumi.Config().require_secret("kubeconfig") if settings.existing_cluster.kubeconfig else None
         existing = ExistingClusterPlatform(settings.existing_cluster.name,

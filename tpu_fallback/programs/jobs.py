@@ -11,6 +11,8 @@ from tpu_fallback.components.jobs import JobSubmission, JobSubmissionArgs
 from tpu_fallback.model import jobs as model
 from tpu_fallback.model.jobs import InfraFacts, PlannedJob
 from tpu_fallback.model.outputs import JOBS_READS, JOBS_READS_OPTIONAL
+from tpu_fallback.model.validation import check_config_namespaces
+from tpu_fallback.programs.config import all_config, reported_cleanly
 from tpu_fallback.render.rayjob import follow_commands
 
 OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands")
@@ -23,10 +25,14 @@ def main() -> None:
 
 
 def submit_jobs() -> dict[str, pulumi.Output[Any]]:
-    config = pulumi.Config(model.JOBS_PROJECT)
-    infra_stack = model.parse_infra_stack(config.get("infraStack"))
-    raw_jobs = config.get("jobs")
-    jobs = model.parse_jobs(json.loads(raw_jobs) if raw_jobs else None)  # config errors before any registration
+    values = all_config()
+    with reported_cleanly():  # config errors before any registration
+        check_config_namespaces(values, {model.JOBS_PROJECT: None})
+        model.check_jobs_config_keys([k.partition(":")[2] for k in values if k.startswith(f"{model.JOBS_PROJECT}:")])
+        config = pulumi.Config(model.JOBS_PROJECT)
+        infra_stack = model.parse_infra_stack(config.get("infraStack"))
+        raw_jobs = config.get("jobs")
+        jobs = model.parse_jobs(json.loads(raw_jobs) if raw_jobs else None)
 
     infra = pulumi.StackReference(infra_stack)
     kubeconfig = infra.get_output("kubeconfig")  # stays a secret: only the provider sees it
@@ -41,8 +47,9 @@ def submit_jobs() -> dict[str, pulumi.Output[Any]]:
         # Runs once the infra stack's outputs are known; nothing else is registered before these checks.
         outputs = dict(zip(names, values[1:], strict=True))
         outputs["kubeconfig"] = "[present]" if values[0] else None
-        facts = InfraFacts.from_outputs(infra_stack, outputs)
-        planned = model.plan_jobs(jobs, facts)
+        with reported_cleanly():
+            facts = InfraFacts.from_outputs(infra_stack, outputs)
+            planned = model.plan_jobs(jobs, facts)
         JobSubmission("jobs", JobSubmissionArgs(facts, planned, kubeconfig))
         return stack_outputs(planned)
 

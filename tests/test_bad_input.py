@@ -1,0 +1,229 @@
+"""Every bad input gets one clear error before anything is registered, in both projects (issue 16).
+
+One table per kind of rule: each case is a config (or a stack file) and the fragments its error must name
+(the key path, the bad value, what is allowed or the suggested fix). Then a property test: random mutations
+of every example stack end either in such an error, or in a plan the policy pack accepts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tools import schemacheck
+from tools.policycheck import policy_resources
+from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, infra_references, run_program
+from tpu_fallback.offline.stackfile import StackFileError, read
+from tpu_fallback.policy.checks import Context, evaluate
+
+JOBS = REPO_ROOT / "jobs"
+REFS = None
+
+
+def refused(run: ProgramRun, fragments: list[str]) -> None:
+    assert isinstance(run.error, ConfigError), repr(run.error)
+    message = str(run.error)
+    assert "\n" not in message, message  # one line
+    for fragment in fragments:
+        assert fragment in message, message
+    created = [r.name for r in run.resources if not r.options.get("read")]
+    assert created == [], created  # nothing created (reading the infra stack's outputs is not)
+
+
+def jobs_refs() -> dict[str, Any]:
+    global REFS
+    if REFS is None:
+        REFS = infra_references(JOBS, "dev")
+    return REFS
+
+
+INFRA_RULES: list[tuple[dict[str, Any], list[str]]] = [
+    # unknown keys at every level, with the nearest known key
+    ({"clusterNme": "x"}, ["tpu-fallback:clusterNme is not a known setting", "did you mean clusterName?"]),
+    ({"onDemand": {"maxSlice": 2}}, ["onDemand.maxSlice is not a known setting", "did you mean maxSlices?"]),
+    ({"queues": {"quotas": {"sytem": {"cpu": 4}}}}, ["queues.quotas.sytem", "did you mean system?"]),
+    ({"flexStart": {"maxslices": 2}}, ["flexStart.maxslices", "did you mean maxSlices?"]),
+    # namespaces and provider keys
+    ({"tpu-falback:clusterName": "x"}, ["tpu-falback:clusterName is not read by this program",
+                                         "did you mean tpu-fallback?"]),
+    ({"gcp:regoin": "us-east5"}, ["gcp:regoin is not a gcp provider setting", "did you mean region?"]),
+    ({"kubernetes:namespace": "ml"}, ["kubernetes:namespace is not read by this program"]),
+    # Kueue feature gates the pinned controller does not know
+    ({"kueue": {"featureGates": {"ElasticJobsViaWorkloadSlice": True}}},
+     ["kueue.featureGates", '"ElasticJobsViaWorkloadSlice"', "Kueue 0.19.2 has no such feature gate",
+      "did you mean ElasticJobsViaWorkloadSlices?"]),
+    # project ids GCP would refuse
+    ({"gcp:project": "My Project"}, ["gcp:project", '"My Project"', "6 to 30 lowercase"]),
+    ({"gcp:project": "123456789012"}, ["gcp:project", "starts with a letter"]),
+    # numbers where a version is text
+    ({"kueue": {"version": 0.2}}, ["kueue.version", "0.2", "quote it"]),
+    # zones
+    ({"location": "us-central1-b"}, ["location", "flex-start (plan B) only in"]),
+    ({"location": "us-central2-b", "flexStart": {"enabled": False}}, ["location", "v6e TPUs are not offered there"]),
+    ({"location": "europe-west4"}, ["location", "a zone is required, not a region"]),
+    # length limits are named
+    ({"queues": {"localQueues": [{"namespace": "n" * 64, "name": "q"}]}},
+     ["queues.localQueues[0].namespace", "at most 63 characters"]),
+    ({"queues": {"clusterQueue": "Q"}}, ["queues.clusterQueue", "at most 63 characters"]),
+    ({"clusterName": "c" * 41}, ["clusterName", "at most 40 characters"]),
+    # shapes
+    ({"tpu": "v6e"}, ["tpu", "\"v6e\"", "object"]),
+    ({"queues": {"localQueues": {"namespace": "a"}}}, ["queues.localQueues", "non-empty list"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), INFRA_RULES, ids=[str(r[0])[:60] for r in INFRA_RULES])
+def test_infra_rule(overrides: dict[str, Any], fragments: list[str]) -> None:
+    refused(run_program(REPO_ROOT, "dev", overrides, raise_errors=False), fragments)
+
+
+JOBS_RULES: list[tuple[dict[str, Any], list[str]]] = [
+    ({"job": [{"name": "x"}]}, ["tpu-fallback-jobs:job is not a known setting", "did you mean jobs?"]),
+    ({"tpu-fallback-job:jobs": []}, ["tpu-fallback-job:jobs is not read by this program",
+                                      "did you mean tpu-fallback-jobs?"]),
+    ({"jobs": [{"name": "a", "worker": 4}]}, ["jobs[0].worker is not a known setting", "did you mean workers?"]),
+    ({"jobs": [{"name": "a", "image": "Ray:Latest"}]}, ["jobs[0].image", '"Ray:Latest"', "container image reference"]),
+    ({"jobs": [{"name": "a", "image": "ray:2.53 py311"}]}, ["jobs[0].image"]),
+    ({"jobs": [{"name": "a", "env": {"TPU_FALLBACK_NUM_WORKERS": "8"}}]},
+     ["jobs[0].env.TPU_FALLBACK_NUM_WORKERS", "infra stack's TPU outputs"]),
+    ({"jobs": [{"name": "a", "env": {"1BAD": "x"}}]}, ["jobs[0].env", '"1BAD"', "environment variable name"]),
+    ({"jobs": [{"name": "a", "env": {"N": 3}}]}, ["jobs[0].env", "quote numbers"]),
+    ({"jobs": [{"name": "a", "count": 1000}]}, ["jobs[0].count", "1000", "at most 100 copies", "wait in Kueue"]),
+    ({"jobs": [{"name": "a", "workerRequest": {"cpu": "0"}}]}, ["jobs[0].workerRequest.cpu", "must be positive"]),
+    ({"jobs": [{"name": "a", "queue": "nope"}]}, ["jobs[0].queue", '"nope"', "not a local queue"]),
+    ({"infraStack": "a/b/c/d"}, ["infraStack", '"a/b/c/d"']),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), JOBS_RULES, ids=[str(r[0])[:60] for r in JOBS_RULES])
+def test_jobs_rule(overrides: dict[str, Any], fragments: list[str]) -> None:
+    run = run_program(JOBS, "dev", overrides, stack_references=jobs_refs(), raise_errors=False)
+    refused(run, fragments)
+
+
+STACK_FILE_RULES: list[tuple[str, list[str]]] = [
+    ("config:\n  gcp:project: my-project\n  tpu-fallback:flexStart:\n    enabled: yes\n",
+     ["'yes' is a boolean to YAML 1.1", "Pulumi CLI (YAML 1.2)", "write true or false"]),
+    ("config:\n  gcp:project: my-project\n  tpu-fallback:clusterName: a\n  tpu-fallback:clusterName: b\n",
+     ["'tpu-fallback:clusterName' appears twice", "first on line 3", "refuses"]),
+    ("- just\n- a list\n", ["expected a mapping"]),
+    ("config: [1, 2]\n", ["config must be a mapping"]),
+    ("config:\n  gcp:project:\n    secure: AAABAM2Vw==\n", ["gcp:project is a secure value", "cannot decrypt"]),
+]
+
+
+@pytest.mark.parametrize(("text", "fragments"), STACK_FILE_RULES, ids=[r[1][0][:40] for r in STACK_FILE_RULES])
+def test_stack_file_rule(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+    (project / "Pulumi.bad.yaml").write_text(text)
+    (project / "__main__.py").write_text((REPO_ROOT / "__main__.py").read_text())
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.md").write_text("an earlier plan")
+    plan = [sys.executable, "-m", "tpu_fallback.offline.plan", "bad", "--project", str(project),
+            "--out", str(tmp_path / "out")]
+    result = subprocess.run(plan, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_strict_reader_still_reads_every_example_stack() -> None:
+    for path in sorted([*REPO_ROOT.glob("Pulumi*.yaml"), *JOBS.glob("Pulumi*.yaml")]):
+        assert read(path) == yaml.safe_load(path.read_text()), path.name  # where both agree, nothing changes
+
+
+def test_yaml12_booleans_and_quoted_words_read_as_the_cli_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text('config:\n  a: true\n  b: "yes"\n  c: False\n')
+    assert read(path) == {"config": {"a": True, "b": "yes", "c": False}}
+    path.write_text("config:\n  a: off\n")
+    with pytest.raises(StackFileError, match=r"'off' is a boolean to YAML 1\.1"):
+        read(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Property test: random mutations of every example stack
+# --------------------------------------------------------------------------------------------
+
+EXAMPLE_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO_ROOT.glob("Pulumi.*.yaml"))
+ODD_VALUES: list[Any] = [-1, 0, 1, 2.5, "", "x", "Bad_Name", True, False, [], {}, "1e9", "20Gi", "4x4", None,
+                         {"unknownKey": 1}, ["a"], "us-east5-a", "europe-west4-a", 99, "v5p"]
+MUTATIONS = 60
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out.extend(_paths(child, (*prefix, key)))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            out.extend(_paths(child, (*prefix, i)))
+    return out
+
+
+def _mutate(config: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], str]:
+    """A copy with one random change, and the top-level key it changed."""
+    mutated = copy.deepcopy(config)
+    path = rng.choice(_paths(mutated))
+    parent: Any = mutated
+    for step in path[:-1]:
+        parent = parent[step]
+    how = rng.choice(["replace", "replace", "delete", "add"])
+    if how == "delete" and isinstance(parent, dict):
+        del parent[path[-1]]
+    elif how == "add" and isinstance(parent, dict):
+        parent[rng.choice(["extra", "maxslices", "Name", "enable"])] = rng.choice(ODD_VALUES)
+    else:
+        parent[path[-1]] = rng.choice(ODD_VALUES)
+    return mutated, str(path[0])
+
+
+def _stack_overrides(stack: str) -> dict[str, Any]:
+    config = read(REPO_ROOT / f"Pulumi.{stack}.yaml").get("config", {})
+    return {k.removeprefix("tpu-fallback:"): v for k, v in config.items() if k != "gcp:project"}
+
+
+# A policy may refuse a valid config on purpose: a production stack without its protections.
+POLICY_REFUSALS = {"production-cluster-protected": {"deletionProtection", "protect"}}
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_random_mutations_end_in_a_clear_error_or_an_acceptable_plan(stack: str) -> None:
+    rng = random.Random(f"tpu-fallback-{stack}")  # reproducible
+    base = _stack_overrides(stack)
+    outcomes = {"refused": 0, "accepted": 0}
+    accepted_objects: list[dict[str, Any]] = []
+    for _ in range(MUTATIONS // len(EXAMPLE_STACKS) + 5):
+        mutated, changed = _mutate(base, rng)
+        overrides: dict[str, Any] = {k: mutated.get(k) for k in set(base) | set(mutated)}
+        run = run_program(REPO_ROOT, stack, overrides, raise_errors=False, timeout=60)
+        label = json.dumps(mutated, sort_keys=True, default=str)[:400]
+        if run.error is not None:
+            assert isinstance(run.error, ConfigError), f"{type(run.error).__name__}: {run.error} for {label}"
+            assert "\n" not in str(run.error) and str(run.error), label
+            assert [r for r in run.resources if not r.options.get("read")] == [], label
+            outcomes["refused"] += 1
+        else:
+            violations = [v for v in evaluate(policy_resources(run), Context(stack=stack))
+                          if changed not in POLICY_REFUSALS.get(v.policy, set())]
+            assert violations == [], f"{violations} for {label}"
+            accepted_objects.extend(run.kubernetes_objects())
+            outcomes["accepted"] += 1
+    assert outcomes["refused"] > 0  # the mutations do reach the rules
+    if accepted_objects and schemacheck.CRDCHECK.exists():  # ../shared's crdcheck: an extra check where present
+        result = schemacheck.crdcheck(accepted_objects)
+        assert result.returncode == 0, result.stdout + result.stderr
