@@ -70,6 +70,7 @@ INFRA_RULES: list[tuple[dict[str, Any], list[str]]] = [
     ({"location": "us-central1-b"}, ["location", "flex-start (plan B) only in"]),
     ({"location": "us-central2-b", "flexStart": {"enabled": False}}, ["location", "v6e TPUs are not offered there"]),
     ({"location": "europe-west4"}, ["location", "a zone is required, not a region"]),
+    ({"location": "us-east5-x"}, ["location", '"us-east5-x"', "not known to be offered", "allowUnlistedZone"]),
     # length limits are named
     ({"queues": {"localQueues": [{"namespace": "n" * 64, "name": "q"}]}},
      ["queues.localQueues[0].namespace", "at most 63 characters"]),
@@ -101,6 +102,8 @@ JOBS_RULES: list[tuple[dict[str, Any], list[str]]] = [
     ({"jobs": [{"name": "a", "workerRequest": {"cpu": "0"}}]}, ["jobs[0].workerRequest.cpu", "must be positive"]),
     ({"jobs": [{"name": "a", "queue": "nope"}]}, ["jobs[0].queue", '"nope"', "not a local queue"]),
     ({"infraStack": "a/b/c/d"}, ["infraStack", '"a/b/c/d"']),
+    ({"jobs": [{"name": "a", "headRequest": {"cpu": "10", "memory": "4Gi"}}]},
+     ["jobs[0].headRequest", "never be admitted", "cpu 11", "system quota (cpu=10, memory=20Gi)"]),
 ]
 
 

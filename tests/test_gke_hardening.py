@@ -91,7 +91,7 @@ def test_single_cluster_location_must_offer_flex_start_for_plan_b() -> None:
     assert message.startswith('location "us-central1-b" is invalid')
     assert all(zone in message for zone in sorted(catalog.FAMILIES["v6e"].flex_start_zones))
     assert parse_settings({"location": "us-central1-b", "flexStart": {"enabled": False}}, "my-project").location
-    allowed = {"location": "us-central1-b", "flexStart": {"allowUnlistedZone": True}}
+    allowed = {"location": "us-central1-b", "allowUnlistedZone": True}
     assert parse_settings(allowed, "my-project").location
 
 

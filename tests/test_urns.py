@@ -31,8 +31,8 @@ def _runs() -> dict[str, ProgramRun]:
         **{f"infra/{stack}": infra(stack) for stack in ("dev", "prod")},
         # As the stack file was when the fixture was recorded: the europe worker had a plan B, which GKE does not
         # offer there (the example now leaves it out); allowUnlistedZone renders it anyway.
-        "infra/global": infra("global", {"multikueue": {**GLOBAL_MULTIKUEUE, "workers": [
-            {"name": "europe", "location": "europe-west4-a", "flexStart": {"maxSlices": 2, "allowUnlistedZone": True}},
+        "infra/global": infra("global", {"allowUnlistedZone": True, "multikueue": {**GLOBAL_MULTIKUEUE, "workers": [
+            {"name": "europe", "location": "europe-west4-a", "flexStart": {"maxSlices": 2}},
             {"name": "us", "location": "us-east5-b"}, {"name": "asia", "location": "asia-northeast1-b"}]}}),
         "jobs/dev": run_program(jobs, "dev", stack_references=infra_references(jobs, "dev")),
     }

@@ -19,7 +19,7 @@ from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.platform import kueue_metrics
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.model import capacity
-from tpu_fallback.model.outputs import InfraOutputs, tpu_output
+from tpu_fallback.model.outputs import InfraOutputs, system_quota_output, tpu_output
 from tpu_fallback.model.queues import FLEX_FLAVOR, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, QueuePlan, queue_plan
 from tpu_fallback.model.settings import ExistingClusterSettings, Settings
 from tpu_fallback.render.kubeconfig import gke_exec_kubeconfig
@@ -96,6 +96,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
             kueue_version=settings.kueue.version,
             cluster_queue=plan.cluster_queue,
             local_queues=[{"namespace": ns, "name": q} for ns, q in plan.local_queues],
+            system_quota=system_quota_output(settings.queues.system_quota),
             flavors={
                 "system": SYSTEM_FLAVOR,
                 "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,

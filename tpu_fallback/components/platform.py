@@ -15,7 +15,7 @@ from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
-from tpu_fallback.model.outputs import InfraOutputs, tpu_output
+from tpu_fallback.model.outputs import InfraOutputs, system_quota_output, tpu_output
 from tpu_fallback.model.queues import FLEX_FLAVOR, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, QueuePlan, queue_plan
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kueue_pod_monitoring
@@ -103,7 +103,7 @@ class TpuPlatform(pulumi.ComponentResource):
     def _outputs(self) -> InfraOutputs:
         """The stack outputs contract (tpu_fallback.model.outputs), answered by this cluster."""
         cluster = self.cluster.cluster
-        plan = self.queue_plan
+        plan, settings = self.queue_plan, self.settings
         return InfraOutputs(
             cluster_name=cluster.name,
             cluster_location=cluster.location,
@@ -119,6 +119,7 @@ class TpuPlatform(pulumi.ComponentResource):
             kueue_version=self.settings.kueue.version,
             cluster_queue=plan.cluster_queue,
             local_queues=[{"namespace": ns, "name": q} for ns, q in plan.local_queues],
+            system_quota=system_quota_output(settings.queues.system_quota),
             flavors={
                 "system": SYSTEM_FLAVOR,
                 "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,

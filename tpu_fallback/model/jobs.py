@@ -14,7 +14,7 @@ from typing import Any
 
 from tpu_fallback.model import capacity, catalog
 from tpu_fallback.model.outputs import JOBS_READS, TPU_FIELDS
-from tpu_fallback.model.quantity import Resources
+from tpu_fallback.model.quantity import Resources, parse_quantity
 from tpu_fallback.model.validation import (
     ConfigError,
     did_you_mean,
@@ -22,6 +22,7 @@ from tpu_fallback.model.validation import (
     integer,
     non_empty_string,
     object_,
+    plain,
     resources,
     string,
 )
@@ -75,6 +76,7 @@ class InfraFacts:
     system_pool: str
     flavors: Mapping[str, Any]
     multikueue: bool = False
+    system_quota: Resources | None = None  # absent from stacks deployed before 2026-12
 
     @classmethod
     def from_outputs(cls, stack: str, outputs: Mapping[str, Any]) -> InfraFacts:
@@ -95,6 +97,7 @@ class InfraFacts:
             system_pool=str(outputs["systemPool"]),
             flavors=outputs["flavors"],
             multikueue=bool(outputs.get("multikueue", False)),
+            system_quota=Resources(**outputs["systemQuota"]) if outputs.get("systemQuota") else None,
         )
 
     @property
@@ -248,6 +251,14 @@ def plan_jobs(jobs: tuple[JobSpec, ...], infra: InfraFacts) -> tuple[PlannedJob,
         if machine is not None and not capacity.fits_host(job.worker_request, machine):
             raise fail(f"{key}.workerRequest", f"cpu={job.worker_request.cpu}, memory={job.worker_request.memory}",
                        f"exceeds one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+        if infra.system_quota is not None:
+            need_cpu, need_memory = capacity.system_pods_per_job(job.head_request)
+            quota = infra.system_quota
+            if need_cpu > parse_quantity(quota.cpu) or need_memory > parse_quantity(quota.memory):
+                raise fail(f"{key}.headRequest", f"cpu={job.head_request.cpu}, memory={job.head_request.memory}",
+                           f"would never be admitted: with KubeRay's submitter and autoscaler a job takes cpu "
+                           f"{plain(need_cpu)}, memory {plain(need_memory / 2**20)}Mi of infra stack "
+                           f"{infra.stack!r}'s system quota (cpu={quota.cpu}, memory={quota.memory})")
         if job.elastic is not None and infra.multikueue:
             raise fail(f"{key}.elastic", True, f"infra stack {infra.stack!r} dispatches through MultiKueue, "
                        "which does not support elastic jobs; remove elastic")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any, get_type_hints
 
 from tpu_fallback.model.catalog import TpuSlice
+from tpu_fallback.model.quantity import Resources, canonical_quantity
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class InfraOutputs:
     flavors: Annotated[Any, OutputSpec(
         "flavors", "`{system: default-cpu, onDemand: on-demand, flexStart: dws}`",
         "flavor names (`null` for a disabled plan)", jobs_reads=True)]
+    system_quota: Annotated[Any, OutputSpec(
+        "systemQuota", "`{cpu: \"10\", memory: 20Gi}`",
+        "the default-cpu quota every job's Ray head shares (with KubeRay's pods: head + 1 CPU / 712Mi a job)")]
     multikueue: Annotated[Any, OutputSpec(
         "multikueue", "`true` (global)", "multi-region mode only: jobs are dispatched to the workers",
         multikueue_only=True)] = None
@@ -66,8 +70,8 @@ SPECS: dict[str, OutputSpec] = {f.name: _HINTS[f.name].__metadata__[0] for f in 
 OUTPUTS: tuple[OutputSpec, ...] = tuple(SPECS.values())
 OUTPUT_NAMES: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS)
 JOBS_READS: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS if spec.jobs_reads)
-# Read by the jobs program when present (a single-cluster stack does not export it).
-JOBS_READS_OPTIONAL: tuple[str, ...] = ("multikueue",)
+# Read by the jobs program when present (multikueue only in multi-region mode; systemQuota since 2026-12).
+JOBS_READS_OPTIONAL: tuple[str, ...] = ("multikueue", "systemQuota")
 SECRET_OUTPUTS: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS if spec.secret)
 TPU_FIELDS = ("type", "machineType", "topology", "acceleratorLabel", "chipsPerHost", "hostsPerSlice", "chipsPerSlice")
 
@@ -77,6 +81,11 @@ def tpu_output(tpu: TpuSlice) -> dict[str, Any]:
     values = (tpu.family.name, tpu.machine_type, tpu.topology, tpu.accelerator_label, tpu.chips_per_host,
               tpu.hosts_per_slice, tpu.chips_per_slice)
     return dict(zip(TPU_FIELDS, values, strict=True))
+
+
+def system_quota_output(quota: Resources) -> dict[str, str]:
+    """The `systemQuota` output, in the canonical form Kueue stores."""
+    return {"cpu": canonical_quantity(quota.cpu), "memory": canonical_quantity(quota.memory)}
 
 
 def markdown_table() -> str:

@@ -88,8 +88,6 @@ class FlexStartSettings:
     name: str = "dws-pool"
     max_slices: int = 1
     max_run_duration: str | None = None  # e.g. "86400s", at most 7 days
-    # The location must be one of the family's flex-start zones (catalog), unless this is true.
-    allow_unlisted_zone: bool = False
 
     @property
     def active(self) -> bool:
@@ -204,6 +202,9 @@ class Settings:
     deletion_protection: bool = True
     protect: bool = False
     enable_apis: bool = True  # enable the Google APIs the stack needs (never disabled on destroy)
+    # The location must be a zone the catalog lists for the TPU family (and for its flex-start, with plan B);
+    # true accepts a zone Google added after the catalog's date.
+    allow_unlisted_zone: bool = False
     secure_boot: bool = True  # Shielded VM secure boot on the TPU pools (the system pool always has it)
     maintenance: MaintenanceSettings = MaintenanceSettings()
     network: NetworkSettings = NetworkSettings()
@@ -225,7 +226,7 @@ class Settings:
 CONFIG_KEYS = (
     "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
     "deletionProtection", "protect", "enableApis", "secureBoot", "maintenance", "network", "multikueue",
-    "existingCluster", "kubeconfig",
+    "existingCluster", "kubeconfig", "allowUnlistedZone",
 )
 # What only a cluster this stack creates uses (config key -> Settings field): refused in existing-cluster mode
 # when set to anything but its default, rather than silently ignored. (The CLI hands over Pulumi.yaml's
@@ -308,7 +309,9 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
             f'flexStart.enabled true is invalid for tpu.type "{tpu.family.name}": flex-start is offered for '
             f"{', '.join(f.name for f in catalog.FAMILIES.values() if f.supports_flex_start)}"
         )
-    _check_zone(location, tpu.family, flex_start)
+    allow_unlisted_zone = boolean("allowUnlistedZone", raw.get("allowUnlistedZone", False))
+    if not allow_unlisted_zone:
+        _check_zone(location, tpu.family, flex_start)
 
     names = [("systemPool.name", system_pool.name), ("onDemand.name", on_demand.name)]
     if flex_start.enabled:
@@ -341,6 +344,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         deletion_protection=boolean("deletionProtection", raw.get("deletionProtection", True)),
         protect=boolean("protect", raw.get("protect", False)),
         enable_apis=boolean("enableApis", raw.get("enableApis", True)),
+        allow_unlisted_zone=allow_unlisted_zone,
         secure_boot=boolean("secureBoot", raw.get("secureBoot", True)),
         maintenance=_parse_maintenance(raw.get("maintenance")),
         network=_parse_network(raw.get("network")),
@@ -408,7 +412,7 @@ def _parse_on_demand(value: Any) -> OnDemandSettings:
 
 def _parse_flex_start(value: Any) -> FlexStartSettings:
     d = FlexStartSettings()
-    obj = object_("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration", "allowUnlistedZone"))
+    obj = object_("flexStart", value, ("enabled", "name", "maxSlices", "maxRunDuration"))
     duration = obj.get("maxRunDuration")
     if duration is not None:
         string("flexStart.maxRunDuration", duration, _DURATION, 'expected seconds such as "86400s"')
@@ -420,7 +424,6 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
         name=_pool_name("flexStart.name", obj.get("name", d.name)),
         max_slices=integer("flexStart.maxSlices", obj.get("maxSlices", d.max_slices)),
         max_run_duration=duration,
-        allow_unlisted_zone=boolean("flexStart.allowUnlistedZone", obj.get("allowUnlistedZone", False)),
     )
 
 
@@ -624,15 +627,19 @@ def _boolean_enabled(value: Any) -> bool:
 
 
 def _check_zone(location: str, family: catalog.TpuFamily, flex_start: FlexStartSettings) -> None:
-    """The zone must offer the TPU family, and flex-start for it when plan B is on (catalog, dated)."""
-    if location in catalog.ALL_KNOWN_ZONES and location not in family.known_zones:
-        raise fail("location", location, f"{family.name} TPUs are not offered there; known {family.name} zones: "
-                   f"{', '.join(sorted(family.known_zones))}")
-    if flex_start.active and location not in family.flex_start_zones and not flex_start.allow_unlisted_zone:
+    """The zone must offer the TPU family, and flex-start for it when plan B is on (catalog, dated). A typo
+    (us-east5-x) fails here too, since every zone must be listed."""
+    offered = family.known_zones | family.flex_start_zones
+    if location not in offered:
+        why = "are not offered there" if location in catalog.ALL_KNOWN_ZONES else "are not known to be offered there"
+        raise fail("location", location, f"{family.name} TPUs {why} (as listed on {catalog.CATALOG_DATE}); known "
+                   f"{family.name} zones: {', '.join(sorted(offered))}; set allowUnlistedZone true if Google has "
+                   "added this zone since")
+    if flex_start.active and location not in family.flex_start_zones:
         raise fail("location", location,
                    f"GKE offers {family.name} flex-start (plan B) only in {', '.join(sorted(family.flex_start_zones))} "
                    f"(as listed on {catalog.CATALOG_DATE}); pick one of them, disable plan B with "
-                   "flexStart.enabled false, or set flexStart.allowUnlistedZone true if GKE now offers it there")
+                   "flexStart.enabled false, or set allowUnlistedZone true if GKE now offers it there")
 
 
 def _parse_maintenance(value: Any) -> MaintenanceSettings:
