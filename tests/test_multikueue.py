@@ -128,8 +128,13 @@ def test_worker_service_account_is_least_privilege(glob: ProgramRun) -> None:
                for v in rule["verbs"]}
     for needed in [("ray.io", "rayjobs", "create"), ("ray.io", "rayclusters", "watch"),
                    ("kueue.x-k8s.io", "workloads", "create"), ("kueue.x-k8s.io", "workloads/status", "patch"),
-                   ("batch", "jobs", "create"), ("ray.io", "rayjobs/status", "get")]:
-        assert needed in granted
+                   ("batch", "jobs", "create"), ("ray.io", "rayjobs/status", "get"),
+                   # What the manager needs to sync a changed Workload (e.g. its priority) to the worker, as Kueue
+                   # 0.19.2's create-multikueue-kubeconfig.sh grants it:
+                   ("kueue.x-k8s.io", "workloads", "update"), ("kueue.x-k8s.io", "workloads", "patch"),
+                   ("kueue.x-k8s.io", "clusterqueues", "get"), ("kueue.x-k8s.io", "localqueues", "list"),
+                   ("ray.io", "rayclusters", "update"), ("ray.io", "rayclusters", "patch")]:
+        assert needed in granted, needed
     assert not [g for g in granted if g[2] in ("*", "escalate", "bind", "impersonate") or g[1] in ("secrets", "*")]
 
 

@@ -149,17 +149,22 @@ MULTIKUEUE_CHECK, MULTIKUEUE_CONFIG = "multikueue", "multikueue-config"
 MULTIKUEUE_ACCOUNT = "multikueue-sa"
 KUEUE_METRICS_PORT = 8443  # Kueue 0.19's controller serves metrics over HTTPS on :8443
 
-# What the manager's Kueue may do on a worker (Kueue's create-multikueue-kubeconfig.sh, plus the RayJob and
-# RayCluster rules of its KubeRay MultiKueue guide): create/observe the jobs it dispatches and their workloads.
+# What the manager's Kueue may do on a worker: the rules of Kueue v0.19.2's create-multikueue-kubeconfig.sh
+# (site/static/examples/multikueue/) for the job kinds this project dispatches - batch Jobs and Ray - and for
+# Kueue's own objects. Without update/patch on workloads the manager cannot sync a changed priority (seen on
+# two real control planes: "cannot update resource workloads"); the script's other kinds (pods, StatefulSets,
+# JobSets, LeaderWorkerSets, Kubeflow jobs, AppWrappers) are left out: nothing here submits them.
+_CREATE_OBSERVE = ["create", "delete", "get", "list", "watch"]
 MULTIKUEUE_WORKER_RULES: list[dict[str, list[str]]] = [
-    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": _CREATE_OBSERVE},
     {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs", "rayclusters"],
-     "verbs": ["create", "delete", "get", "list", "watch"]},
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs/status", "rayclusters/status"], "verbs": ["get"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
-     "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": [*_CREATE_OBSERVE, "update", "patch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": _CREATE_OBSERVE},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs/status"], "verbs": ["get"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": [*_CREATE_OBSERVE, "update", "patch"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters/status"], "verbs": ["get"]},
 ]
 
 
