@@ -92,6 +92,8 @@ def test_outputs(dev_jobs: ProgramRun) -> None:
     assert commands["logs"] == "kubectl -n default logs -f job/rayjob-tpu-v6e-dws-2"
     assert commands["dashboard"] == "kubectl -n default port-forward service/rayjob-tpu-v6e-dws-2-head-svc 8265:8265"
     assert "workloads.kueue.x-k8s.io" in commands["workload"] and "rayjob-rayjob-tpu-v6e-dws-2-" in commands["workload"]
+    # Which copy takes plan A is not promised (creation-time ties are broken by UID): the outputs say so.
+    assert "any one copy may take plan A" in dev_jobs.outputs["admissionOrder"]
 
 
 def test_own_provider_with_the_secret_kubeconfig(dev_jobs: ProgramRun) -> None:

@@ -239,3 +239,16 @@ def test_offline_plan_yaml_of_prod_is_valid(tmp_path: Path) -> None:
     assert {o["kind"] for o in objects} >= set(KUEUE_KINDS) | {"Namespace", "Job"}
     check = crdcheck(objects)
     assert check.returncode == 0, check.stdout
+
+
+def test_local_queues_are_replaced_when_their_cluster_queue_changes() -> None:
+    # LocalQueue.spec.clusterQueue is immutable (Kueue v0.19.2 localqueue_types.go: XValidation self == oldSelf):
+    # renaming the ClusterQueue must replace the LocalQueues, not send an update the API server refuses.
+    run = infra("prod")
+    queues = [r for r in run.resources if r.inputs.get("kind") == "LocalQueue"]
+    assert len(queues) == 2
+    for queue in queues:
+        assert queue.options["replaceOnChanges"] == ["spec.clusterQueue"]
+        assert queue.options["deleteBeforeReplace"] is True
+    others = [r for r in run.resources if r.inputs.get("kind") in ("ClusterQueue", "ResourceFlavor")]
+    assert others and all(r.options["replaceOnChanges"] == [] for r in others)  # updated in place

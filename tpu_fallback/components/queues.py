@@ -34,11 +34,14 @@ class FallbackQueues(pulumi.ComponentResource):
         plan = args.plan
 
         def custom(
-            logical: str, obj: dict[str, Any], depends_on: list[pulumi.Resource]
+            logical: str, obj: dict[str, Any], depends_on: list[pulumi.Resource], immutable: list[str] | None = None
         ) -> k8s.apiextensions.CustomResource:
-            return custom_resource(
-                f"{name}-{logical}", obj, pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on])
-            )
+            # Fields the API server refuses to change (CRD rule "self == oldSelf") make Pulumi replace the
+            # object instead of sending an update that fails; same name, so delete first.
+            replace = pulumi.ResourceOptions(replace_on_changes=immutable, delete_before_replace=True) if immutable \
+                else None
+            return custom_resource(f"{name}-{logical}", obj, pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on]), replace))
 
         flavors = [custom(f"flavor-{f.name}", render.resource_flavor(f), []) for f in plan.flavors]
         checks: list[pulumi.Resource] = []
@@ -55,6 +58,7 @@ class FallbackQueues(pulumi.ComponentResource):
                 f"local-queue-{namespace}-{queue}",
                 render.local_queue(namespace, queue, plan.cluster_queue),
                 [self.cluster_queue, *([namespaces[namespace]] if namespace in namespaces else [])],
+                immutable=["spec.clusterQueue"],  # kueue.x-k8s.io/v1beta2 LocalQueueSpec: "field is immutable"
             )
             for namespace, queue in plan.local_queues
         ]

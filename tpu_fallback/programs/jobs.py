@@ -15,7 +15,11 @@ from tpu_fallback.model.validation import check_config_namespaces
 from tpu_fallback.programs.config import all_config, reported_cleanly
 from tpu_fallback.render.rayjob import follow_commands
 
-OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands")
+OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands", "admissionOrder")
+# The engine creates a job's copies concurrently and Kueue breaks a creation-time tie by UID (seen on the real
+# engine: copy 2 got on-demand in 4 of 25 runs), so no copy is promised plan A.
+ADMISSION_ORDER = ("Copies are submitted together and Kueue admits them in creation order, ties broken at random: "
+                   "any one copy may take plan A (on-demand); see each job's `workload` command for its flavor.")
 
 
 def main() -> None:
@@ -70,4 +74,5 @@ def stack_outputs(jobs: tuple[PlannedJob, ...]) -> dict[str, Any]:
         "queue": queues[0] if len(queues) == 1 else queues,
         "jobs": [n for p in jobs for n in p.names],
         "commands": {n: follow_commands(p.namespace, n) for p in jobs for n in p.names},
+        "admissionOrder": ADMISSION_ORDER,
     }
