@@ -7,7 +7,9 @@ import math
 import pytest
 
 from tpu_fallback.model import catalog
-from tpu_fallback.model.capacity import flavor_node_labels, pool_layout, tpu_chips
+from tpu_fallback.model.capacity import pool_layout, tpu_chips
+from tpu_fallback.model.quantity import Resources
+from tpu_fallback.model.queues import plan_flavors
 
 # (family, topology, machine type or None, expected machine type, chips/VM, multi-host) - from GKE's TPU tables.
 TABLE = [
@@ -81,8 +83,20 @@ def test_multi_host_plans_get_one_pool_per_slice() -> None:
     assert [p.name for p in layout] == ["on-demand-pool", "on-demand-pool-2", "on-demand-pool-3"]
     assert all(p.max_nodes == 4 for p in layout)
     assert tpu_chips(s, 3) == 48
-    assert flavor_node_labels("on-demand", layout) == {"tpu-fallback/plan": "on-demand"}
-    assert flavor_node_labels("on-demand", layout[:1]) == {"cloud.google.com/gke-nodepool": "on-demand-pool"}
+
+
+def test_each_pool_of_a_plan_gets_its_own_flavor() -> None:
+    # A multi-host slice must run in one pool: Kueue pins each job to one pool through its flavor.
+    s = catalog.resolve_slice("v6e", "4x4")
+    layout = pool_layout("on-demand-pool", s, 2)
+    flavors = plan_flavors("on-demand", "on-demand", layout, s, Resources(80, "150Gi"))
+    assert [(f.name, f.node_labels) for f in flavors] == [
+        ("on-demand", {"cloud.google.com/gke-nodepool": "on-demand-pool"}),
+        ("on-demand-2", {"cloud.google.com/gke-nodepool": "on-demand-pool-2"})]
+    assert [f.quota for f in flavors] == [{"cpu": "40", "memory": "75Gi", "google.com/tpu": 16}] * 2
+    unlimited = plan_flavors("flex-start", "dws", pool_layout("dws-pool", s, 2), s, None)
+    assert unlimited[0].quota == {"cpu": 4 * 180, "memory": f"{4 * 720}Gi", "google.com/tpu": 16}  # its own size
+    assert unlimited[1].quota["google.com/tpu"] == 1000000000  # the rest wait for DWS in the last pool
 
 
 def test_single_host_plans_share_one_pool() -> None:

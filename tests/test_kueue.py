@@ -134,15 +134,25 @@ def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRu
 def test_on_demand_tpu_quota_is_derived_from_the_pool(overrides: dict[str, Any], chips: int) -> None:
     run = infra("dev", overrides)
     cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
-    on_demand = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "on-demand")
-    tpu_quota = {r["name"]: r["nominalQuota"] for r in on_demand["resources"]}["google.com/tpu"]
-    assert parse_quantity(tpu_quota) == chips
+    on_demand = [f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"].startswith("on-demand")]
+    assert sum(parse_quantity(r["nominalQuota"]) for f in on_demand for r in f["resources"]
+               if r["name"] == "google.com/tpu") == chips
 
 
-def test_more_on_demand_slices_select_pools_by_plan_label() -> None:
+def test_each_multi_host_pool_has_its_own_flavor() -> None:
+    # A slice's pods must share one node pool (two pools are two ICI slices): one flavor per pool pins a job to one.
     run = infra("dev", {"onDemand": {"maxSlices": 2}})
-    flavor = keyed(kueue_objects(run))[("ResourceFlavor", "", "on-demand")]
-    assert flavor["spec"]["nodeLabels"] == {"tpu-fallback/plan": "on-demand"}
+    objects = keyed(kueue_objects(run))
+    assert objects[("ResourceFlavor", "", "on-demand")]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-nodepool": "on-demand-pool"}
+    assert objects[("ResourceFlavor", "", "on-demand-2")]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-nodepool": "on-demand-pool-2"}
+    cq = objects[("ClusterQueue", "", "cluster-queue")]
+    assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == [
+        "default-cpu", "on-demand", "on-demand-2", "dws"]
+    quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}
+              for f in cq["spec"]["resourceGroups"][0]["flavors"]}
+    assert quotas["on-demand"] == quotas["on-demand-2"] == {"cpu": "40", "memory": "75Gi", "google.com/tpu": "16"}
     pools = [r.inputs for r in run.of_type("gcp:container/nodePool:NodePool") if r.inputs["name"].startswith("on-")]
     assert len(pools) == 2 and all(p["nodeConfig"]["labels"]["tpu-fallback/plan"] == "on-demand" for p in pools)
 
@@ -150,9 +160,13 @@ def test_more_on_demand_slices_select_pools_by_plan_label() -> None:
 def test_capped_flex_start_quota_is_plan_b_capacity() -> None:
     run = infra("prod")  # capFlexStart: true, 4 flex-start slices of v6e 4x4
     cq = next(o for o in kueue_objects(run) if o["kind"] == "ClusterQueue")
-    dws = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "dws")
-    quota = {r["name"]: parse_quantity(r["nominalQuota"]) for r in dws["resources"]}
-    assert quota == {"cpu": 4 * 4 * 180, "memory": 4 * 4 * 720 * 2**30, "google.com/tpu": 4 * 16}
+    dws = [f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"].startswith("dws")]
+    assert [f["name"] for f in dws] == ["dws", "dws-2", "dws-3", "dws-4"]  # one per plan B pool
+    for flavor in dws:  # each capped at its pool: one 4x4 slice of 4 ct6e-standard-4t hosts
+        quota = {r["name"]: parse_quantity(r["nominalQuota"]) for r in flavor["resources"]}
+        assert quota == {"cpu": 4 * 180, "memory": 4 * 720 * 2**30, "google.com/tpu": 16}
+    assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"] == [
+        {"name": "dws-prov", "onFlavors": ["dws", "dws-2", "dws-3", "dws-4"]}]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod", "global"])

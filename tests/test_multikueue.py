@@ -65,9 +65,10 @@ def test_workers_are_full_fallback_clusters(glob: ProgramRun) -> None:
     for worker in WORKERS:
         spec = by_cluster[f"tpu-global-{worker}"]["spec"]
         flavors = [f["name"] for f in spec["resourceGroups"][0]["flavors"]]
-        if worker in PLAN_B_WORKERS:
-            assert flavors == ["default-cpu", "on-demand", "dws"]
-            assert spec["admissionChecksStrategy"]["admissionChecks"] == [{"name": "dws-prov", "onFlavors": ["dws"]}]
+        if worker in PLAN_B_WORKERS:  # flexStart.maxSlices 2: a flavor per plan B pool
+            assert flavors == ["default-cpu", "on-demand", "dws", "dws-2"]
+            assert spec["admissionChecksStrategy"]["admissionChecks"] == [
+                {"name": "dws-prov", "onFlavors": ["dws", "dws-2"]}]
         else:
             assert flavors == ["default-cpu", "on-demand"] and "admissionChecksStrategy" not in spec
 

@@ -91,8 +91,10 @@ def test_the_system_quota_caps_concurrent_jobs(client: KubeClient) -> None:
 
 def test_two_on_demand_slices_take_two_jobs(client: KubeClient) -> None:
     first, second, third = run_case(client, TWO_SLICES, 3)
-    assert scenario.flavors(first)[TPU_GROUP] == {"on-demand"}
-    assert scenario.flavors(second)[TPU_GROUP] == {"on-demand"}
+    # One flavor per plan A pool: each job is pinned to one pool (one ICI slice), the two jobs to different ones.
+    # Which job gets which pool follows creation order, ties broken by UID.
+    pools = [scenario.flavors(job)[TPU_GROUP] for job in (first, second)]
+    assert all(len(p) == 1 for p in pools) and set().union(*pools) == {"on-demand", "on-demand-2"}
     assert scenario.flavors(third)[TPU_GROUP] == {"dws"}
 
 

@@ -21,6 +21,7 @@ from tpu_fallback.policy.checks import (
     Context,
     Resource,
     evaluate,
+    is_on_demand_flavor,
     is_tpu_machine,
 )
 
@@ -79,9 +80,10 @@ def _with_on_demand_quota(resources: list[Resource], chips: int) -> list[Resourc
             groups = [
                 {**group, "flavors": [
                     {**f, "resources": [
-                        {**res, "nominalQuota": chips} if res["name"] == "google.com/tpu" else res
+                        {**res, "nominalQuota": chips if f["name"] == "on-demand" else 0}
+                        if res["name"] == "google.com/tpu" else res
                         for res in f["resources"]
-                    ]} if f["name"] == "on-demand" else f
+                    ]} if is_on_demand_flavor(f["name"]) else f
                     for f in group["flavors"]
                 ]}
                 for group in props["spec"]["resourceGroups"]

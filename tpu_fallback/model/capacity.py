@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from tpu_fallback.model.catalog import MachineType, TpuSlice
-from tpu_fallback.model.labels import NODEPOOL_LABEL, PLAN_LABEL
-from tpu_fallback.model.quantity import Resources, parse_quantity
+from tpu_fallback.model.quantity import Resources, canonical_quantity, parse_quantity
 
 ON_DEMAND = "on-demand"
 FLEX_START = "flex-start"
@@ -48,13 +47,6 @@ def pool_layout(base_name: str, tpu: TpuSlice, max_slices: int) -> tuple[PoolSha
     return tuple(PoolShape(name, tpu.hosts_per_slice) for name in names)
 
 
-def flavor_node_labels(plan: str, pools: tuple[PoolShape, ...]) -> dict[str, str]:
-    """Node labels a Kueue ResourceFlavor uses to select the pools of a plan."""
-    if len(pools) == 1:
-        return {NODEPOOL_LABEL: pools[0].name}
-    return {PLAN_LABEL: plan}
-
-
 def tpu_chips(tpu: TpuSlice, max_slices: int) -> int:
     """The TPU chips a plan can run at once: its quota in Kueue."""
     return tpu.chips_per_slice * max_slices
@@ -71,6 +63,20 @@ def pool_memory_gib(tpu: TpuSlice, max_slices: int) -> int:
 def pool_resources(tpu: TpuSlice, max_slices: int) -> Resources:
     """The cpu and memory of every host of a plan's pools."""
     return Resources(pool_cpu(tpu, max_slices), f"{pool_memory_gib(tpu, max_slices)}Gi")
+
+
+def share(total: Resources, parts: int) -> Resources:
+    """One of `parts` equal shares of a cpu/memory amount, in the canonical form Kueue stores."""
+    if parts == 1:
+        return total
+    return Resources(_part(total.cpu, parts), _part(total.memory, parts))
+
+
+def _part(amount: str | int, parts: int) -> str:
+    value = parse_quantity(amount) / parts
+    if str(amount).endswith("i") and value == value.to_integral_value() and value % 1024 == 0:
+        return canonical_quantity(f"{int(value) // 1024}Ki")  # keep binary units: 150Gi / 2 = 75Gi
+    return canonical_quantity(format(value.quantize(Decimal("0.001")).normalize(), "f"))
 
 
 def on_demand_quota(configured: Resources | None, tpu: TpuSlice, max_slices: int) -> Resources:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpu_fallback.model import capacity
+from tpu_fallback.model.catalog import TpuSlice
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.settings import Settings
@@ -27,6 +28,7 @@ class Flavor:
     name: str
     node_labels: dict[str, str]
     quota: dict[str, int | str]  # resource -> nominalQuota, in COVERED_RESOURCES order
+    plan: str = ""  # capacity.ON_DEMAND or capacity.FLEX_START for TPU flavors
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,37 @@ class QueuePlan:
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
 
+    def flavors_of(self, plan: str) -> list[str]:
+        """The names of a plan's flavors (one per node pool), in the order Kueue tries them."""
+        return [f.name for f in self.flavors if f.plan == plan]
+
 
 def _quota(amounts: Resources, tpu_chips: int) -> dict[str, int | str]:
     return {"cpu": amounts.cpu, "memory": amounts.memory, TPU_RESOURCE: tpu_chips}
+
+
+def plan_flavors(plan: str, base: str, pools: tuple[capacity.PoolShape, ...], tpu: TpuSlice,
+                 total: Resources | None) -> list[Flavor]:
+    """The flavors of one plan: one per node pool, each selecting its pool by name.
+
+    A multi-host slice must run in one pool (on GKE two pools are two separate ICI slices), and the scheduler
+    alone spreads a slice's pods over every pool with free nodes. A flavor per pool makes Kueue pin each job
+    to one pool by construction: flavors `<base>`, `<base>-2`, ... in pool order, each with its pool's chips
+    and its share of the plan's cpu/memory quota. `total` None is the tutorial's unlimited plan B: the last
+    pool's flavor takes every job beyond the other pools (each capped at its own size), so those jobs queue
+    for DWS capacity instead of waiting in Kueue.
+    """
+    names = [base] + [f"{base}-{i}" for i in range(2, len(pools) + 1)]
+    flavors = []
+    for i, (name, pool) in enumerate(zip(names, pools, strict=True)):
+        slices = pool.max_nodes // tpu.hosts_per_slice if tpu.multi_host else pool.max_nodes
+        if total is None:
+            quota = dict(UNLIMITED) if i == len(pools) - 1 else \
+                _quota(capacity.pool_resources(tpu, slices), capacity.tpu_chips(tpu, slices))
+        else:
+            quota = _quota(capacity.share(total, len(pools)), capacity.tpu_chips(tpu, slices))
+        flavors.append(Flavor(name, {NODEPOOL_LABEL: pool.name}, quota, plan))
+    return flavors
 
 
 def queue_plan(settings: Settings) -> QueuePlan:
@@ -53,19 +83,12 @@ def queue_plan(settings: Settings) -> QueuePlan:
     flavors = [Flavor(SYSTEM_FLAVOR, {NODEPOOL_LABEL: settings.system_pool.name}, _quota(q.system_quota, 0))]
     if settings.on_demand.max_slices > 0:
         pools = capacity.pool_layout(settings.on_demand.name, tpu, settings.on_demand.max_slices)
-        flavors.append(Flavor(
-            ON_DEMAND_FLAVOR,
-            capacity.flavor_node_labels(capacity.ON_DEMAND, pools),
-            _quota(settings.on_demand_quota, capacity.tpu_chips(tpu, settings.on_demand.max_slices)),
-        ))
+        flavors += plan_flavors(capacity.ON_DEMAND, ON_DEMAND_FLAVOR, pools, tpu, settings.on_demand_quota)
     flex = settings.flex_start
     if flex.active:
         pools = capacity.pool_layout(flex.name, tpu, flex.max_slices)
-        if q.cap_flex_start:
-            quota = _quota(capacity.pool_resources(tpu, flex.max_slices), capacity.tpu_chips(tpu, flex.max_slices))
-        else:
-            quota = dict(UNLIMITED)
-        flavors.append(Flavor(FLEX_FLAVOR, capacity.flavor_node_labels(capacity.FLEX_START, pools), quota))
+        capped = capacity.pool_resources(tpu, flex.max_slices) if q.cap_flex_start else None
+        flavors += plan_flavors(capacity.FLEX_START, FLEX_FLAVOR, pools, tpu, capped)
     return QueuePlan(
         cluster_queue=q.cluster_queue,
         flavors=tuple(flavors),

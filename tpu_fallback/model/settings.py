@@ -41,6 +41,8 @@ PROJECT = "tpu-fallback"
 OLDEST_GKE_MINOR = (1, 35)
 # GKE node pool names: a letter, then up to 39 lowercase letters, digits or hyphens, not ending in a hyphen.
 MAX_POOL_NAME = 40
+# A ClusterQueue resource group lists at most 64 flavors (kueue.x-k8s.io/v1beta2 ResourceGroup.flavors MaxItems).
+MAX_FLAVORS = 64
 
 _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
@@ -321,6 +323,12 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         if name in seen:
             raise fail(key, name, f"node pool names must be unique; {seen[name]} already uses it")
         seen[name] = key
+    pool_count = sum(len(capacity.pool_layout(n, tpu, s)) for n, s in (
+        (on_demand.name, on_demand.max_slices), (flex_start.name, flex_start.max_slices if flex_start.active else 0)))
+    if pool_count + 1 > MAX_FLAVORS:
+        raise fail("onDemand.maxSlices", on_demand.max_slices,
+                   f"with flexStart.maxSlices {flex_start.max_slices} that is {pool_count} multi-host pools, each its "
+                   f"own Kueue flavor; a ClusterQueue takes at most {MAX_FLAVORS} flavors (one is default-cpu)")
     for key, plan_name, slices in (("onDemand", on_demand.name, on_demand.max_slices),
                                    ("flexStart", flex_start.name, flex_start.max_slices if flex_start.enabled else 0)):
         pools = capacity.pool_layout(plan_name, tpu, slices)

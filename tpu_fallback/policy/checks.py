@@ -335,12 +335,17 @@ def on_demand_capacity(resources: Sequence[Resource]) -> tuple[float, list[Findi
     return chips, findings
 
 
+def is_on_demand_flavor(name: Any) -> bool:
+    """Plan A's flavors: "on-demand", and "on-demand-2", ... (one per node pool)."""
+    return isinstance(name, str) and re.fullmatch(rf"{re.escape(ON_DEMAND_FLAVOR)}(-\d+)?", name) is not None
+
+
 def on_demand_quota(cluster_queue_props: Mapping[str, Any]) -> float:
-    """The nominal google.com/tpu quota of the ClusterQueue's "on-demand" flavor (0 if it has none)."""
+    """The nominal google.com/tpu quota of the ClusterQueue's on-demand flavors (0 if it has none)."""
     total = 0.0
     for group in get(cluster_queue_props, "spec", "resourceGroups") or []:
         for flavor in get(group, "flavors") or []:
-            if get(flavor, "name") != ON_DEMAND_FLAVOR:
+            if not is_on_demand_flavor(get(flavor, "name")):
                 continue
             for resource in get(flavor, "resources") or []:
                 if get(resource, "name") == TPU_RESOURCE:

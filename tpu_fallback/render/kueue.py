@@ -10,9 +10,10 @@ from typing import Any
 
 import yaml
 
+from tpu_fallback.model.capacity import FLEX_START
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
 from tpu_fallback.model.quantity import canonical_quantity
-from tpu_fallback.model.queues import COVERED_RESOURCES, FLEX_FLAVOR, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
+from tpu_fallback.model.queues import COVERED_RESOURCES, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
 from tpu_fallback.model.settings import KueueSettings
 from tpu_fallback.render.files import load_template
 
@@ -95,7 +96,7 @@ def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None
     }
     checks = admission_checks
     if checks is None and plan.provisioning_check:
-        checks = [{"name": DWS_CHECK, "onFlavors": [FLEX_FLAVOR]}]
+        checks = [{"name": DWS_CHECK, "onFlavors": plan.flavors_of(FLEX_START)}]
     if checks:
         names = {f.name for f in plan.flavors}
         for check in checks:
