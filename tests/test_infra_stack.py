@@ -266,3 +266,13 @@ def test_offline_plan_output_is_stable() -> None:
     first, second = (run_program(REPO_ROOT, "global") for _ in range(2))
     assert kubernetes_yaml(first) == kubernetes_yaml(second)
     assert summary(first) == summary(second)
+
+
+def test_the_plan_flags_what_would_replace_a_running_pool(dev: ProgramRun) -> None:
+    from tpu_fallback.offline.plan import summary
+
+    text = summary(dev)
+    on_demand = text.split("tpu-cluster-plan-a-on-demand-pool", 1)[1].split("###", 1)[0]
+    assert 'placementPolicy.tpuTopology = "4x4"  # changing it REPLACES the resource' in on_demand
+    assert "initialNodeCount = 0  # ignored after creation (ignore_changes)" in on_demand
+    assert 'nodeConfig.machineType = "ct6e-standard-4t"\n' in on_demand  # updated in place by GKE

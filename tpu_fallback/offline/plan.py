@@ -124,6 +124,35 @@ def summary(run: ProgramRun) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Inputs whose change makes the provider replace the resource (pulumi-gcp = terraform-provider-google:
+# ForceNew in google/services/container/resource_container_node_pool.go, node_config.go and
+# resource_container_cluster.go). A reviewer must not miss a change to these on a running TPU pool or cluster.
+# placementPolicy is flagged whole: the block is ForceNew, and a new tpuTopology needs a new pool in any case.
+FORCES_REPLACEMENT: dict[str, tuple[str, ...]] = {
+    "gcp:container/nodePool:NodePool": (
+        "name", "cluster", "location", "project", "initialNodeCount", "maxPodsPerNode", "placementPolicy",
+        "queuedProvisioning", "nodeConfig.reservationAffinity", "nodeConfig.flexStart", "nodeConfig.maxRunDuration",
+        "nodeConfig.shieldedInstanceConfig", "nodeConfig.serviceAccount", "nodeConfig.oauthScopes",
+        "nodeConfig.spot", "nodeConfig.preemptible", "nodeConfig.guestAccelerators", "nodeConfig.metadata",
+    ),
+    "gcp:container/cluster:Cluster": (
+        "name", "location", "project", "network", "subnetwork", "enableAutopilot", "privateClusterConfig",
+        "initialNodeCount",
+    ),
+    "gcp:serviceaccount/account:Account": ("accountId", "project"),
+}
+
+
+def _replacement_note(resource: RecordedResource, key: str) -> str:
+    top = key.split("[")[0]
+    if any(top == i or top.startswith(f"{i}.") for i in resource.options.get("ignoreChanges", [])):
+        return "  # ignored after creation (ignore_changes)"
+    forcing = FORCES_REPLACEMENT.get(resource.type, ()) + tuple(resource.options.get("replaceOnChanges", []))
+    if any(top == f or top.startswith(f"{f}.") for f in forcing):
+        return "  # changing it REPLACES the resource"
+    return ""
+
+
 def _describe(resource: RecordedResource) -> list[str]:
     flags = []
     if resource.protect:
@@ -134,7 +163,7 @@ def _describe(resource: RecordedResource) -> list[str]:
     for key, value in _flatten(inputs):
         if key == "name" and value == resource.name:
             continue
-        rows.append(f"    {key} = {json.dumps(value)}")
+        rows.append(f"    {key} = {json.dumps(value)}{_replacement_note(resource, key)}")
     if resource.dependencies:
         rows.append(f"    (waits for: {', '.join(sorted(_short(d) for d in resource.dependencies))})")
     rows.append("")
