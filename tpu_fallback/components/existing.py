@@ -15,15 +15,14 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import yaml
 
-from tpu_fallback.components.kueue import Kueue, KueueArgs
-from tpu_fallback.components.platform import kueue_metrics
-from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
+from tpu_fallback.components.kueue import Kueue
+from tpu_fallback.components.platform import install_queues, queue_outputs
+from tpu_fallback.components.queues import FallbackQueues
 from tpu_fallback.model import capacity
-from tpu_fallback.model.outputs import InfraOutputs, system_quota_output, tpu_output
-from tpu_fallback.model.queues import FLEX_FLAVOR, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, QueuePlan, queue_plan
+from tpu_fallback.model.outputs import InfraOutputs
+from tpu_fallback.model.queues import QueuePlan
 from tpu_fallback.model.settings import ExistingClusterSettings, Settings
 from tpu_fallback.render.kubeconfig import gke_exec_kubeconfig
-from tpu_fallback.render.kueue import KUEUE_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=existing.name,
                                      opts=pulumi.ResourceOptions(parent=self))
         on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.provider])
-        self.kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name), opts=on_cluster)
-        self.queue_plan = queue_plan(settings)
-        self.queues = FallbackQueues(
-            f"{name}-queues", FallbackQueuesArgs(plan=self.queue_plan, ready=self.kueue.ready), opts=on_cluster
-        )
-        if settings.kueue.pod_monitoring:
-            kueue_metrics(f"{name}-kueue-metrics", self.kueue, opts=on_cluster)
+        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster)
         self.outputs = self._outputs(existing)
         self.register_outputs(self.outputs.exports())
 
@@ -79,7 +72,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
         return pulumi.Output.secret(exec_config), cluster.endpoint
 
     def _outputs(self, existing: ExistingClusterSettings) -> InfraOutputs:
-        settings, plan = self.settings, self.queue_plan
+        settings = self.settings
         pools = {key: [p.name for p in capacity.pool_layout(name, settings.tpu, slices)]
                  for key, name, slices in (("onDemand", settings.on_demand.name, settings.on_demand.max_slices),
                                            ("flexStart", settings.flex_start.name,
@@ -91,17 +84,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
             kubeconfig=self.kubeconfig,
             system_pool=settings.system_pool.name,
             node_pools=pools,
-            tpu=tpu_output(settings.tpu),
-            kueue_namespace=KUEUE_NAMESPACE,
-            kueue_version=settings.kueue.version,
-            cluster_queue=plan.cluster_queue,
-            local_queues=[{"namespace": ns, "name": q} for ns, q in plan.local_queues],
-            system_quota=system_quota_output(settings.queues.system_quota),
-            flavors={
-                "system": SYSTEM_FLAVOR,
-                "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,
-                "flexStart": FLEX_FLAVOR if plan.flavor(FLEX_FLAVOR) else None,
-            },
+            **queue_outputs(settings, self.queue_plan),
         )
 
 

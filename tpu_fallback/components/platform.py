@@ -90,20 +90,13 @@ class TpuPlatform(pulumi.ComponentResource):
         # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
         # by label), so they are installed while GKE is still creating the pools.
         on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.cluster.provider])
-        self.kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name), opts=on_cluster)
-        self.queue_plan = queue_plan(settings)
-        self.queues = FallbackQueues(
-            f"{name}-queues", FallbackQueuesArgs(plan=self.queue_plan, ready=self.kueue.ready), opts=on_cluster
-        )
-        if settings.kueue.pod_monitoring:
-            kueue_metrics(f"{name}-kueue-metrics", self.kueue, opts=on_cluster)
+        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster)
         self.outputs = self._outputs()
         self.register_outputs(self.outputs.exports())
 
     def _outputs(self) -> InfraOutputs:
         """The stack outputs contract (tpu_fallback.model.outputs), answered by this cluster."""
         cluster = self.cluster.cluster
-        plan, settings = self.queue_plan, self.settings
         return InfraOutputs(
             cluster_name=cluster.name,
             cluster_location=cluster.location,
@@ -114,18 +107,36 @@ class TpuPlatform(pulumi.ComponentResource):
                 "onDemand": self.on_demand.names if self.on_demand else [],
                 "flexStart": self.flex_start.names if self.flex_start else [],
             },
-            tpu=tpu_output(self.settings.tpu),
-            kueue_namespace=KUEUE_NAMESPACE,
-            kueue_version=self.settings.kueue.version,
-            cluster_queue=plan.cluster_queue,
-            local_queues=[{"namespace": ns, "name": q} for ns, q in plan.local_queues],
-            system_quota=system_quota_output(settings.queues.system_quota),
-            flavors={
-                "system": SYSTEM_FLAVOR,
-                "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,
-                "flexStart": FLEX_FLAVOR if plan.flavor(FLEX_FLAVOR) else None,
-            },
+            **queue_outputs(self.settings, self.queue_plan),
         )
+
+
+def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOptions
+                   ) -> tuple[Kueue, QueuePlan, FallbackQueues]:
+    """Kueue, its readiness gate, the fallback queues and (with kueue.podMonitoring) its metrics on one cluster."""
+    kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name), opts=on_cluster)
+    plan = queue_plan(settings)
+    queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready), opts=on_cluster)
+    if settings.kueue.pod_monitoring:
+        kueue_metrics(f"{name}-kueue-metrics", kueue, opts=on_cluster)
+    return kueue, plan, queues
+
+
+def queue_outputs(settings: Settings, plan: QueuePlan) -> dict[str, Any]:
+    """The outputs a cluster's Kueue answers (InfraOutputs fields), whoever made the cluster."""
+    return {
+        "tpu": tpu_output(settings.tpu),
+        "kueue_namespace": KUEUE_NAMESPACE,
+        "kueue_version": settings.kueue.version,
+        "cluster_queue": plan.cluster_queue,
+        "local_queues": [{"namespace": ns, "name": q} for ns, q in plan.local_queues],
+        "system_quota": system_quota_output(settings.queues.system_quota),
+        "flavors": {
+            "system": SYSTEM_FLAVOR,
+            "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,
+            "flexStart": FLEX_FLAVOR if plan.flavor(FLEX_FLAVOR) else None,
+        },
+    }
 
 
 def kueue_metrics(name: str, kueue: Kueue, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
