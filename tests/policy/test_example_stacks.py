@@ -114,7 +114,7 @@ def test_the_runner_reports_violations_and_exit_codes(tmp_path: Path, capsys: py
     project.mkdir()
     (project / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (project / "__main__.py").write_text((REPO_ROOT / "__main__.py").read_text())
-    prod = (REPO_ROOT / "Pulumi.prod.yaml").read_text().replace("tpu-fallback:protect: true", "")
+    prod = (REPO_ROOT / "Pulumi.prod.yaml").read_text().replace('tpu-fallback:protect: "true"', "")
     (project / "Pulumi.prod-eu.yaml").write_text(prod)
     assert main(["prod-eu", "--project", str(project)]) == 1
     out = capsys.readouterr().out
