@@ -1,28 +1,47 @@
 """Offline plan: evaluate a stack without cloud credentials or the Pulumi CLI.
 
 It runs the project's real `__main__.py` under Pulumi's mock runtime with the stack's config (as the
-CLI would hand it over) and writes every Kubernetes object as YAML plus a readable summary of the
-cloud resources and stack outputs (secrets masked). It renders the program; it is NOT a diff
-against live state: `pulumi preview` is still what tells you what would change.
+CLI would hand it over) and writes, into build/plan/<project>-<stack>/:
 
-    python -m tpu_fallback.offline.plan dev                  # infra project, stack dev
-    python -m tpu_fallback.offline.plan dev --project jobs   # the jobs project (its infraStack rendered from here)
+- summary.md: capacity and concurrency per cluster and plan, cost per hour at list prices (not a bill), a Mermaid
+  diagram, the changes against a base (compare mode), every cloud resource with its settings, the stack outputs
+  (secrets masked) and the resource tree as `pulumi preview` shows it;
+- report.md: the same for a pull-request comment (capacity, cost, diagram, changes, the tree folded), within
+  GitHub's comment size;
+- kubernetes.yaml: every Kubernetes object, and with several clusters kubernetes/<cluster>.yaml, one file per
+  target cluster that applies on its own.
+
+It renders the program; it is NOT a diff against live state: `pulumi preview` is still what tells you what would
+change. Compare mode diffs two renders (two stacks, two stack files, or a stack file against a git revision).
+
+    python -m tpu_fallback.offline.plan dev                          # infra project, stack dev
+    python -m tpu_fallback.offline.plan dev --project jobs           # the jobs project (infraStack rendered here)
+    python -m tpu_fallback.offline.plan prod --compare-rev origin/main   # what this branch changes in prod
+    python -m tpu_fallback.offline.plan dev --compare-stack prod     # dev against prod
+    python -m tpu_fallback.offline.plan dev --stack-file new.yaml --compare-file old.yaml   # two config files
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tpu_fallback.model.settings import PROJECT
 from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline import compare, report, stacks
+from tpu_fallback.offline.inputs import FORCES_REPLACEMENT, flatten, mask, replacement_note
 from tpu_fallback.offline.mockrun import (
     REPO_ROOT,
     SECRET_PLACEHOLDER,
@@ -34,32 +53,19 @@ from tpu_fallback.offline.mockrun import (
     run_program,
     whole_numbers,
 )
+from tpu_fallback.offline.prices import PriceTable, PriceTableError
+from tpu_fallback.offline.prices import load as load_prices
+from tpu_fallback.offline.tree import UNKNOWN, clusters_of, computed_values, show_unknowns, tree_markdown
+
+__all__ = ["FORCES_REPLACEMENT", "Review", "kubernetes_yaml", "kubernetes_yaml_by_cluster", "main", "pr_report",
+           "summary"]
 
 DEFAULT_OUT = REPO_ROOT / "build" / "plan"
+COMMENT_LIMIT = 60000  # GitHub refuses comments over 65536 characters; leave room for a marker and a header
+_SECRET_B64 = base64.b64encode(SECRET_PLACEHOLDER.encode()).decode()
 
-
-def _mask(value: Any, secret_paths: list[str], path: str = "") -> Any:
-    if path in secret_paths or (not path and "." in secret_paths):
-        return SECRET_PLACEHOLDER
-    if isinstance(value, dict):
-        return {k: _mask(v, secret_paths, f"{path}.{k}" if path else k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v, secret_paths, f"{path}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        rows: list[tuple[str, Any]] = []
-        for k, v in value.items():
-            rows.extend(_flatten(v, f"{prefix}.{k}" if prefix else k))
-        return rows
-    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
-        rows = []
-        for i, v in enumerate(value):
-            rows.extend(_flatten(v, f"{prefix}[{i}]"))
-        return rows
-    return [(prefix, value)]
+# Kept under their old names: the summary's flags are the compare mode's (tpu_fallback.offline.inputs).
+_mask, _flatten, _replacement_note = mask, flatten, replacement_note
 
 
 def _short(urn: str) -> str:
@@ -78,32 +84,113 @@ def _target(resource: RecordedResource) -> str:
     return resource.provider.split("::")[-2] if resource.provider else "default provider"
 
 
-def kubernetes_yaml(run: ProgramRun) -> str:
-    documents = [
-        f"# cluster: {_target(r)}\n" + yaml.safe_dump(_mask(kubernetes_manifest(r), r.secret_inputs), sort_keys=False)
-        for r in _kubernetes_resources(run)
-    ]
+# --------------------------------------------------------------------------------------------
+# Kubernetes YAML
+# --------------------------------------------------------------------------------------------
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, embedded YAML) as block scalars, so train.py reads as a file in a review."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def shown_manifest(resource: RecordedResource, computed: list[str]) -> dict[str, Any]:
+    """The object as the plan writes it: secrets masked in a shape that is still valid, computed values unknown.
+
+    A Secret keeps its keys: `data` values become base64 of "[secret]", `stringData` values "[secret]"; the
+    provider treats both as secrets whether or not the program marked them.
+    """
+    manifest = kubernetes_manifest(resource)
+    secret_fields = {}
+    if manifest.get("kind") == "Secret" and manifest.get("apiVersion") == "v1":
+        for key, placeholder in (("data", _SECRET_B64), ("stringData", SECRET_PLACEHOLDER)):
+            if isinstance(manifest.get(key), dict):
+                secret_fields[key] = {k: placeholder for k in manifest[key]}
+    paths = [p for p in resource.secret_inputs
+             if p.split(".")[0].split("[")[0] not in secret_fields and p != "."]
+    shown = show_unknowns(_mask(manifest, paths), computed)
+    shown.update(secret_fields)
+    if "." in resource.secret_inputs and not secret_fields:  # a whole object as a secret: keep what names it
+        shown = {k: (v if k in ("apiVersion", "kind", "metadata") else SECRET_PLACEHOLDER) for k, v in shown.items()}
+    return dict(shown)
+
+
+def _documents(run: ProgramRun, resources: list[RecordedResource], comment: bool) -> str:
+    computed = computed_values(run)
+    documents = [(f"# cluster: {_target(r)}\n" if comment else "")
+                 + yaml.dump(shown_manifest(r, computed), Dumper=_BlockDumper, sort_keys=False)
+                 for r in resources]
     return "---\n".join(documents)
 
 
-def summary(run: ProgramRun) -> str:
-    lines = [
+def kubernetes_yaml(run: ProgramRun) -> str:
+    return _documents(run, _kubernetes_resources(run), comment=True)
+
+
+def kubernetes_yaml_by_cluster(run: ProgramRun) -> dict[str, str]:
+    """One YAML document stream per target cluster (the cluster of each object's provider)."""
+    where = clusters_of(run)
+    by_cluster: dict[str, list[RecordedResource]] = {}
+    for r in _kubernetes_resources(run):
+        by_cluster.setdefault(where.get(r.urn, _target(r)), []).append(r)
+    return {cluster: _documents(run, found, comment=False) for cluster, found in sorted(by_cluster.items())}
+
+
+# --------------------------------------------------------------------------------------------
+# Summary and report
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Review:
+    """The reviewer's sections (capacity, cost, diagram, changes), computed from the stack's config."""
+
+    sections: list[list[str]] = field(default_factory=list)  # each a list of markdown lines
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for section in [*self.sections, self.changes]:
+            if section:
+                out += [*section, ""]
+        for note in self.notes:
+            out += [f"> {note}", ""]
+        return out
+
+
+def _header(run: ProgramRun) -> list[str]:
+    return [
         f"# Offline plan of {run.project} stack {run.stack}",
         "",
         "Rendered from the program under Pulumi's mock runtime; NOT a diff against live state.",
-        "Values computed by the cloud (endpoints, emails, ids) are placeholders.",
+        f"Values the cloud computes (endpoints, emails, ids) are shown as `{UNKNOWN}`, as `pulumi preview` shows "
+        "them; secrets as `[secret]`.",
         "",
     ]
+
+
+def summary(run: ProgramRun, review: Review | None = None) -> str:
+    lines = _header(run)
+    if review is not None:
+        lines += review.lines()
+    computed = computed_values(run)
     cloud = sorted((r for r in run.resources if r.custom and not r.type.startswith("kubernetes:")),
                    key=lambda r: (r.type, r.name))
     helm = sorted((r for r in run.resources if r.type.startswith("kubernetes:helm.sh/")), key=lambda r: r.name)
     kube = _kubernetes_resources(run)
     lines.append(f"## Cloud resources ({len(cloud)})")
     for resource in cloud:
-        lines.extend(_describe(resource))
+        lines.extend(_describe(resource, computed))
     lines.append(f"## Helm releases ({len(helm)})")
     for resource in helm:
-        lines.extend(_describe(resource))
+        lines.extend(_describe(resource, computed))
     lines.append(f"## Kubernetes objects ({len(kube)}), full YAML in kubernetes.yaml")
     for resource in kube:
         manifest = resource.inputs
@@ -115,8 +202,11 @@ def summary(run: ProgramRun) -> str:
     lines.append("")
     lines.append("## Stack outputs")
     for name in sorted(run.outputs):
-        shown = SECRET_PLACEHOLDER if name in run.secret_outputs else json.dumps(run.outputs[name])
+        shown = SECRET_PLACEHOLDER if name in run.secret_outputs else json.dumps(show_unknowns(run.outputs[name],
+                                                                                               computed))
         lines.append(f"- {name}: {shown}")
+    lines.append("")
+    lines += tree_markdown(run)
     components = [r for r in run.resources if not r.custom]
     lines.append("")
     lines.append(f"Totals: {len(run.resources)} registrations ({len(components)} components, "
@@ -124,42 +214,31 @@ def summary(run: ProgramRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Inputs whose change makes the provider replace the resource (pulumi-gcp = terraform-provider-google:
-# ForceNew in google/services/container/resource_container_node_pool.go, node_config.go and
-# resource_container_cluster.go). A reviewer must not miss a change to these on a running TPU pool or cluster.
-# placementPolicy is flagged whole: the block is ForceNew, and a new tpuTopology needs a new pool in any case.
-FORCES_REPLACEMENT: dict[str, tuple[str, ...]] = {
-    "gcp:container/nodePool:NodePool": (
-        "name", "cluster", "location", "project", "initialNodeCount", "maxPodsPerNode", "placementPolicy",
-        "queuedProvisioning", "nodeConfig.reservationAffinity", "nodeConfig.flexStart", "nodeConfig.maxRunDuration",
-        "nodeConfig.shieldedInstanceConfig", "nodeConfig.serviceAccount", "nodeConfig.oauthScopes",
-        "nodeConfig.spot", "nodeConfig.preemptible", "nodeConfig.guestAccelerators", "nodeConfig.metadata",
-    ),
-    "gcp:container/cluster:Cluster": (
-        "name", "location", "project", "network", "subnetwork", "enableAutopilot", "privateClusterConfig",
-        "initialNodeCount",
-    ),
-    "gcp:serviceaccount/account:Account": ("accountId", "project"),
-}
+def pr_report(run: ProgramRun, review: Review | None = None, limit: int = COMMENT_LIMIT) -> str:
+    """The pull-request comment: the reviewer's sections and the folded tree, cut to GitHub's comment size."""
+    head = _header(run) + (review.lines() if review is not None else [])
+    tree = ["<details><summary>Resource tree (as <code>pulumi preview</code> shows it)</summary>", "",
+            *tree_markdown(run)[1:], "", "</details>", ""]
+    project = "" if run.project == PROJECT else " --project jobs"
+    tail = [f"Full plan: `summary.md` of `./scripts/plan {run.stack}{project}` (every resource's settings, the "
+            "outputs, the Kubernetes YAML)."]
+    text = "\n".join(head + tree + tail) + "\n"
+    if len(text) <= limit:
+        return text
+    text = "\n".join([*head, "_The resource tree did not fit in a comment; see the full plan._", "", *tail]) + "\n"
+    if len(text) <= limit:
+        return text
+    cut = "\n\n_… cut to fit a pull-request comment; see the full plan._\n"
+    return text[: limit - len(cut)] + cut
 
 
-def _replacement_note(resource: RecordedResource, key: str) -> str:
-    top = key.split("[")[0]
-    if any(top == i or top.startswith(f"{i}.") for i in resource.options.get("ignoreChanges", [])):
-        return "  # ignored after creation (ignore_changes)"
-    forcing = FORCES_REPLACEMENT.get(resource.type, ()) + tuple(resource.options.get("replaceOnChanges", []))
-    if any(top == f or top.startswith(f"{f}.") for f in forcing):
-        return "  # changing it REPLACES the resource"
-    return ""
-
-
-def _describe(resource: RecordedResource) -> list[str]:
+def _describe(resource: RecordedResource, computed: list[str]) -> list[str]:
     flags = []
     if resource.protect:
         flags.append("protect")
     head = f"### {resource.type}  {resource.name}" + (f"  [{', '.join(flags)}]" if flags else "")
     rows = [head]
-    inputs = _mask(whole_numbers(resource.inputs), resource.secret_inputs)
+    inputs = show_unknowns(_mask(whole_numbers(resource.inputs), resource.secret_inputs), computed)
     for key, value in _flatten(inputs):
         if key == "name" and value == resource.name:
             continue
@@ -170,12 +249,106 @@ def _describe(resource: RecordedResource) -> list[str]:
     return rows
 
 
-def write_plan(run: ProgramRun, out_dir: Path) -> tuple[Path, Path]:
+def write_plan(run: ProgramRun, out_dir: Path, review: Review | None = None) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     kube_path, summary_path = out_dir / "kubernetes.yaml", out_dir / "summary.md"
     kube_path.write_text(kubernetes_yaml(run))
-    summary_path.write_text(summary(run))
+    split = kubernetes_yaml_by_cluster(run)
+    if len(split) > 1:
+        (out_dir / "kubernetes").mkdir(exist_ok=True)
+        for cluster, text in split.items():
+            (out_dir / "kubernetes" / f"{cluster}.yaml").write_text(text)
+    summary_path.write_text(summary(run, review))
+    (out_dir / "report.md").write_text(pr_report(run, review))
+    if review is not None and review.changes:
+        (out_dir / "compare.md").write_text("\n".join(review.changes) + "\n")
     return kube_path, summary_path
+
+
+# --------------------------------------------------------------------------------------------
+# The reviewer's sections
+# --------------------------------------------------------------------------------------------
+
+
+def infra_review(project_dir: Path, stack: str, prices: PriceTable) -> Review:
+    """Capacity, cost and the diagram of an infra stack, from the config the program just rendered."""
+    settings = stacks.infra_settings(project_dir, stack)
+    shapes = stacks.job_shapes(stack, settings)
+    stack_report = report.stack_report(settings, shapes[0])
+    review = Review([report.capacity_markdown(stack_report), report.cost_markdown(stack_report, prices),
+                     ["## Diagram", "", report.diagram(stack_report).mermaid()]])
+    if len(shapes) > 1:
+        review.notes.append("The jobs stacks submit several job shapes; the concurrency above is for the first ("
+                            + ", ".join(f"`{s.name}` ({s.source})" for s in shapes) + ").")
+    return review
+
+
+def jobs_review(project_dir: Path, stack: str, references: dict[str, Any], prices: PriceTable) -> Review:
+    infra_stack, specs = stacks.jobs_config(project_dir, stack)
+    outputs = dict((references.get(infra_stack or "") or {}).get("outputs") or {})
+    lines, diagram = report.jobs_markdown(infra_stack or "?", specs, outputs, prices)
+    return Review([lines, ["## Diagram", "", diagram.mermaid()]])
+
+
+@dataclass(frozen=True)
+class Side:
+    """One render to compare: where its project is and what to call it."""
+
+    label: str
+    project_dir: Path | None  # None: the stack does not exist there (everything is created)
+
+
+@contextlib.contextmanager
+def _side(project_dir: Path, stack: str, label: str, stack_text: str | None, project_text: str | None = None
+          ) -> Iterator[Side]:
+    if stack_text is None:
+        yield Side(label, None)
+        return
+    with stacks.project_copy(project_dir, stack, stack_text, project_text) as copy:
+        yield Side(label, copy)
+
+
+def _references(project_dir: Path, stack: str, given: Path | None) -> dict[str, Any]:
+    if given:
+        loaded: dict[str, Any] = json.loads(given.read_text())
+        return loaded
+    return infra_references(project_dir, stack)  # a jobs stack: render its infraStack from this repository first
+
+
+def _render(project_dir: Path, stack: str, stack_outputs: Path | None) -> ProgramRun:
+    return run_program(project_dir, stack, stack_references=_references(project_dir, stack, stack_outputs),
+                       raise_errors=False)
+
+
+def _compare(args: argparse.Namespace, project_dir: Path, after: ProgramRun) -> list[str]:
+    """The Changes section against the base the arguments name."""
+    stack = args.stack
+    here = f"`{stack}`" + (f" ({args.stack_file})" if args.stack_file else " (this tree)")
+    with contextlib.ExitStack() as scope:
+        if args.compare_stack:
+            side = Side(f"stack `{args.compare_stack}`", project_dir)
+            base_stack = args.compare_stack
+        elif args.compare_file:
+            side = scope.enter_context(_side(project_dir, stack, f"`{args.compare_file}`",
+                                             Path(args.compare_file).read_text()))
+            base_stack = stack
+        else:
+            rev = args.compare_rev
+            text = stacks.git_show(rev, project_dir / f"Pulumi.{stack}.yaml")
+            side = scope.enter_context(_side(project_dir, stack, f"`{stack}` at `{rev}`", text,
+                                             stacks.git_show(rev, project_dir / "Pulumi.yaml")))
+            base_stack = stack
+        if side.project_dir is None:
+            before = ProgramRun(after.project, base_stack, [], {}, set())
+            note = [f"(Pulumi.{stack}.yaml does not exist at the base: every resource is new.)"]
+        else:
+            before = _render(side.project_dir, base_stack, args.stack_outputs)
+            note = []
+            if before.error is not None:
+                return [f"## Changes from {side.label} to {here}", "",
+                        f"The base could not be rendered: {type(before.error).__name__}: {before.error}"]
+    lines = compare.markdown(compare.diff(before, after), side.label, here)
+    return lines[:2] + note + lines[2:] if note else lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         "--stack-outputs", type=Path,
         help="JSON file of mocked outputs for StackReferences: {stackName: {outputs, secretOutputNames}}",
     )
+    parser.add_argument("--stack-file", type=Path, help="render this stack file instead of Pulumi.<stack>.yaml")
+    parser.add_argument("--prices", type=Path,
+                        help="a price file merged over tpu_fallback/offline/prices.yaml (same layout)")
+    base = parser.add_mutually_exclusive_group()
+    base.add_argument("--compare-stack", metavar="STACK", help="compare against another stack of the project")
+    base.add_argument("--compare-file", metavar="FILE", help="compare against another stack file")
+    base.add_argument("--compare-rev", metavar="REV",
+                      help="compare against the stack file at a git revision (git show REV:Pulumi.<stack>.yaml)")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)
 
@@ -195,28 +376,41 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or DEFAULT_OUT / f"{name}-{args.stack}"
     shutil.rmtree(out_dir, ignore_errors=True)  # a failed render must not leave an earlier plan looking current
     started = time.perf_counter()
-    try:
-        if args.stack_outputs:
-            references = json.loads(args.stack_outputs.read_text())
-        else:  # a jobs stack: render its infraStack from this repository first
-            references = infra_references(project_dir, args.stack)
-        run = run_program(project_dir, args.stack, stack_references=references, raise_errors=False)
-    except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
-        print(f"offline plan: cannot read stack {args.stack!r}: {err}", file=sys.stderr)
-        return 2
-    if run.error is not None:
-        kind = "configuration error" if isinstance(run.error, ConfigError) else type(run.error).__name__
-        print(f"offline plan of stack {args.stack!r} failed: {kind}: {run.error}", file=sys.stderr)
-        print(f"({len(run.resources)} resources were registered before the failure)", file=sys.stderr)
-        return 2
-    elapsed = time.perf_counter() - started
-    kube_path, summary_path = write_plan(run, out_dir)
+    with contextlib.ExitStack() as scope:
+        try:
+            prices = load_prices(args.prices)
+            render_dir = project_dir
+            if args.stack_file:
+                render_dir = scope.enter_context(stacks.project_copy(project_dir, args.stack,
+                                                                     args.stack_file.read_text()))
+            references = _references(render_dir, args.stack, args.stack_outputs)
+            run = run_program(render_dir, args.stack, stack_references=references, raise_errors=False)
+        except (FileNotFoundError, ValueError, yaml.YAMLError) as err:  # PriceTableError, StackFileError: ValueError
+            what = "read the price file" if isinstance(err, PriceTableError) else f"read stack {args.stack!r}"
+            print(f"offline plan: cannot {what}: {err}", file=sys.stderr)
+            return 2
+        if run.error is not None:
+            kind = "configuration error" if isinstance(run.error, ConfigError) else type(run.error).__name__
+            print(f"offline plan of stack {args.stack!r} failed: {kind}: {run.error}", file=sys.stderr)
+            print(f"({len(run.resources)} resources were registered before the failure)", file=sys.stderr)
+            return 2
+        elapsed = time.perf_counter() - started
+        review = (infra_review(render_dir, args.stack, prices) if run.project == PROJECT
+                  else jobs_review(render_dir, args.stack, references, prices))
+        if args.compare_stack or args.compare_file or args.compare_rev:
+            try:
+                review.changes = _compare(args, project_dir, run)
+            except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
+                print(f"offline plan: cannot compare: {err}", file=sys.stderr)
+                return 2
+    kube_path, summary_path = write_plan(run, out_dir, review)
     if not args.quiet:
         print(summary_path.read_text())
     print(f"Rendered {len(run.resources)} registrations in {elapsed:.2f}s "
           f"(a render of the program, not a diff against live state).")
     print(f"Kubernetes objects: {_relative(kube_path)}")
     print(f"Summary:            {_relative(summary_path)}")
+    print(f"PR report:          {_relative(out_dir / 'report.md')}")
     return 0
 
 

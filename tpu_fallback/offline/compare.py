@@ -1,0 +1,203 @@
+"""Compare two renders of a project: resources added, removed and changed, with the changed fields, and the changes
+that force a replacement flagged (a TPU node pool or cluster replacement is what a reviewer must not miss).
+
+Resources are matched by URN without the stack part (urn:pulumi:<stack>::<project>::<types>::<name>), so two
+stacks, two config files, or a stack against a git revision of its stack file compare alike. A field forces a
+replacement when the provider would replace the resource for it: inputs.FORCES_REPLACEMENT and the resource's
+replaceOnChanges (what the plan's summary flags), and for Kubernetes objects a new name/namespace or an immutable
+Job template. Fields the program ignores after creation (ignore_changes) are listed as ignored, not as changes.
+It compares two renders; it is not `pulumi preview`, which diffs against the live state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpu_fallback.offline.inputs import flatten, mask, replacement_note
+from tpu_fallback.offline.mockrun import (
+    SECRET_PLACEHOLDER,
+    ProgramRun,
+    RecordedResource,
+    kubernetes_manifest,
+    whole_numbers,
+)
+from tpu_fallback.offline.tree import PROJECT_WIDE, UNKNOWN, clusters_of, computed_values, show_unknowns
+
+# Kubernetes: another name or namespace is another object, and Kubernetes refuses updates to a Job's pod template
+# and selector (immutable), so the provider replaces the object for these.
+KUBERNETES_REPLACEMENT = ("metadata.name", "metadata.namespace", "apiVersion", "kind")
+KUBERNETES_KIND_REPLACEMENT = {"Job": ("spec.template", "spec.selector")}
+IGNORED = "ignored after creation (ignore_changes)"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    key: str
+    before: Any  # the value shown (secrets masked, computed unknown); MISSING when absent
+    after: Any
+    replaces: bool = False
+    ignored: bool = False
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+MISSING: Any = _Missing()
+
+
+@dataclass(frozen=True)
+class Change:
+    op: str  # create, delete, update, replace
+    type: str
+    name: str
+    cluster: str
+    fields: tuple[FieldChange, ...] = field(default_factory=tuple)
+
+    @property
+    def symbol(self) -> str:
+        return {"create": "+", "delete": "-", "update": "~", "replace": "+-"}[self.op]
+
+
+def _key(resource: RecordedResource) -> str:
+    return resource.urn.split("::", 1)[1] if "::" in resource.urn else resource.urn
+
+
+def _inputs(resource: RecordedResource) -> dict[str, Any]:
+    if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
+        return kubernetes_manifest(resource)
+    return {k: whole_numbers(v) for k, v in resource.inputs.items() if not k.startswith("__")}
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def named_key(value: Any, key: str) -> str:
+    """`key` with list indices replaced by the element's name where it has one, so a reviewer reads
+    spec.resourceGroups[0].flavors[on-demand].resources[cpu].nominalQuota rather than [1]...[0]."""
+    out = ""
+    for part, index in _STEP.findall(key):
+        if part:
+            out += f".{part}" if out else part
+            value = value.get(part) if isinstance(value, dict) else None
+            continue
+        item = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
+        name = item.get("name") if isinstance(item, dict) else None
+        out += f"[{name}]" if isinstance(name, str) and name else f"[{index}]"
+        value = item
+    return out
+
+
+def _fields(resource: RecordedResource, computed: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(raw flattened inputs, shown flattened inputs: secrets masked, computed values unknown)."""
+    raw = _inputs(resource)
+    shown = show_unknowns(mask(raw, resource.secret_inputs), computed)
+    return dict(flatten(raw)), dict(flatten(shown))
+
+
+def _forces(resource: RecordedResource, key: str) -> tuple[bool, bool]:
+    """(forces a replacement, ignored after creation) for a changed input."""
+    note = replacement_note(resource, key)
+    if "ignore_changes" in note:
+        return False, True
+    if "REPLACES" in note:
+        return True, False
+    if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
+        kind = resource.type.split(":")[-1]
+        forcing = KUBERNETES_REPLACEMENT + KUBERNETES_KIND_REPLACEMENT.get(kind, ())
+        top = key.split("[")[0]
+        return any(top == f or top.startswith(f"{f}.") or key.startswith(f"{f}[") for f in forcing), False
+    return False, False
+
+
+def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
+    """What changes from `before` to `after`, in a stable order: replacements first, then updates, creates, deletes."""
+    old = {_key(r): r for r in before.resources if r.custom}
+    new = {_key(r): r for r in after.resources if r.custom}
+    old_computed, new_computed = computed_values(before), computed_values(after)
+    old_where, new_where = clusters_of(before), clusters_of(after)
+    changes: list[Change] = []
+    for key in sorted(set(old) | set(new)):
+        if key not in old:
+            r = new[key]
+            changes.append(Change("create", r.type, r.name, new_where.get(r.urn, PROJECT_WIDE)))
+            continue
+        if key not in new:
+            r = old[key]
+            changes.append(Change("delete", r.type, r.name, old_where.get(r.urn, PROJECT_WIDE)))
+            continue
+        a, b = old[key], new[key]
+        raw_a, shown_a = _fields(a, old_computed)
+        raw_b, shown_b = _fields(b, new_computed)
+        fields: list[FieldChange] = []
+        for k in sorted(set(raw_a) | set(raw_b)):
+            va, vb = raw_a.get(k, MISSING), raw_b.get(k, MISSING)
+            if _same(va, vb):
+                continue
+            sa, sb = shown_a.get(k, MISSING), shown_b.get(k, MISSING)
+            if sa == sb == SECRET_PLACEHOLDER:
+                sa, sb = SECRET_PLACEHOLDER, f"{SECRET_PLACEHOLDER} (changed)"
+            if sa == sb == UNKNOWN:  # both computed: the cloud decides, nothing a reviewer can compare
+                continue
+            replaces, ignored = _forces(b, k)
+            shown_key = named_key(_inputs(b) if k in raw_b else _inputs(a), k)
+            fields.append(FieldChange(shown_key, sa, sb, replaces, ignored))
+        if a.protect != b.protect:
+            fields.append(FieldChange("(option) protect", a.protect, b.protect))
+        real = [f for f in fields if not f.ignored]
+        if not real:
+            if fields:
+                changes.append(Change("update", b.type, b.name, new_where.get(b.urn, PROJECT_WIDE), tuple(fields)))
+            continue
+        op = "replace" if any(f.replaces for f in real) else "update"
+        changes.append(Change(op, b.type, b.name, new_where.get(b.urn, PROJECT_WIDE), tuple(fields)))
+    order = {"replace": 0, "update": 1, "create": 2, "delete": 3}
+    return sorted(changes, key=lambda c: (order[c.op], c.cluster, c.type, c.name))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):  # the mock runtime hands numbers over as floats
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return False
+    return bool(a == b)
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is MISSING else json.dumps(value)
+
+
+_WATCHED = {"gcp:container/nodePool:NodePool": "node pool", "gcp:container/cluster:Cluster": "cluster"}
+
+
+def markdown(changes: list[Change], before: str, after: str) -> list[str]:
+    counts = {op: sum(1 for c in changes if c.op == op) for op in ("replace", "update", "create", "delete")}
+    lines = [f"## Changes from {before} to {after}", "",
+             "A comparison of two offline renders (resources matched by URN), not `pulumi preview` against live "
+             "state. `+-` replace, `~` update, `+` create, `-` delete."]
+    lines += ["", f"**{counts['replace']} to replace, {counts['update']} to update, {counts['create']} to create, "
+              f"{counts['delete']} to delete.**"]
+    if not changes:
+        return [*lines, "", "No differences."]
+    watched = [c for c in changes if c.op in ("replace", "delete") and c.type in _WATCHED]
+    if watched:
+        lines.append("")
+        for c in watched:
+            why = ", ".join(f.key for f in c.fields if f.replaces) or "removed"
+            verb = "REPLACED" if c.op == "replace" else "DELETED"
+            where = "" if c.type == "gcp:container/cluster:Cluster" else f" (cluster `{c.cluster}`)"
+            lines.append(f"> **⚠ {_WATCHED[c.type]} `{c.name}`{where} is {verb}** ({why}): on a deployed stack "
+                         "its running TPU slices (or the whole cluster) go away with it.")
+    for c in changes:
+        lines += ["", f"### {c.symbol} {c.op} `{c.type}` `{c.name}` ({c.cluster})"]
+        if c.fields:
+            lines.append("")
+            for f in c.fields:
+                note = "  **forces replacement**" if f.replaces else ("  (" + IGNORED + ")" if f.ignored else "")
+                lines.append(f"- `{f.key}`: {_show(f.before)} → {_show(f.after)}{note}")
+    return lines

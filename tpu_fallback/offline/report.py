@@ -1,0 +1,640 @@
+"""The reviewer's view of an infra stack: capacity and concurrency per cluster and plan, list-price cost, a diagram.
+
+Everything is derived from the stack's Settings with the model's own arithmetic (tpu_fallback.model.capacity,
+.queues.queue_plan, .catalog), so it states what the rendered program builds:
+
+- capacity: pools x slices x hosts x chips per host = chips, per plan; the Kueue quota of every flavor;
+- concurrency: how many jobs of the jobs stack's shape run at once on each plan, and what limits it (a flavor's
+  TPU/cpu/memory quota, the pool's size, the system pool's CPU quota, the system pool's machine);
+- cost: per hour idle (GKE fee + system pool) and at full scale, per plan and per job, from the dated list-price
+  table (tpu_fallback/offline/prices.yaml) with the cluster's region applied;
+- a Mermaid diagram of clusters, pools per plan, Kueue, queues and, for MultiKueue, the manager -> workers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
+
+from tpu_fallback.model import capacity, queues
+from tpu_fallback.model.jobs import JobSpec
+from tpu_fallback.model.labels import TPU_RESOURCE
+from tpu_fallback.model.quantity import parse_quantity
+from tpu_fallback.model.settings import Settings
+from tpu_fallback.offline.prices import Price, PriceTable, money
+from tpu_fallback.offline.stacks import JobShape
+
+PLAN_NAMES = {capacity.ON_DEMAND: "plan A (on-demand)", capacity.FLEX_START: "plan B (DWS flex-start)"}
+MIB = Decimal(2**20)
+GIB = Decimal(2**30)
+
+# Memory per vCPU of Compute Engine's predefined shapes (Compute Engine "General-purpose machine family": standard,
+# highmem and highcpu shapes; N1 has its own ratios). Used to size the system pool's machine.
+_GIB_PER_VCPU = {"standard": Decimal(4), "highmem": Decimal(8), "highcpu": Decimal(1)}
+_N1_GIB_PER_VCPU = {"standard": Decimal("3.75"), "highmem": Decimal("6.5"), "highcpu": Decimal("0.9")}
+_MACHINE = re.compile(r"^(n1|n2|n2d|n4|e2|c3|c3d|c4|c4d)-(standard|highmem|highcpu)-(\d+)$")
+
+
+def machine_shape(machine_type: str) -> tuple[int, Decimal] | None:
+    """vCPUs and GiB of a predefined CPU machine type (n2-standard-16: 16, 64); None for one it cannot size."""
+    match = _MACHINE.match(machine_type)
+    if not match:
+        return None
+    series, kind, vcpus = match.group(1), match.group(2), int(match.group(3))
+    ratio = (_N1_GIB_PER_VCPU if series == "n1" else _GIB_PER_VCPU)[kind]
+    return vcpus, ratio * vcpus
+
+
+def _floor(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding=ROUND_FLOOR))
+
+
+def _gib(amount: Decimal) -> str:
+    value = amount / GIB
+    if value == value.to_integral_value():
+        return f"{value.normalize():f}Gi"
+    return f"{value.quantize(Decimal('0.01')).normalize():f}Gi ({(amount / MIB).normalize():f}Mi)"
+
+
+def _quantity(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity and concurrency
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    plan: str
+    slices: int
+    hosts_per_slice: int
+    chips_per_host: int
+    machine_type: str
+
+    @property
+    def chips(self) -> int:
+        return self.slices * self.hosts_per_slice * self.chips_per_host
+
+
+@dataclass(frozen=True)
+class FlavorFit:
+    flavor: queues.Flavor
+    check: str | None  # the admission check on this flavor (dws-prov)
+    pool: Pool | None
+    admits: int | None  # jobs the flavor's quota admits at once; None: unlimited
+    admits_limit: str  # which quota decides it
+    runs: int | None  # jobs its pool runs at once (None for the system flavor)
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    plan: str
+    chips: int
+    admits: int | None
+    runs: int
+    limit: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job of a shape on one cluster: its TPU slices and what it takes from the quotas."""
+
+    shape: JobShape
+    hosts: int
+    slices: int | None  # None: `hosts` is not a whole number of this cluster's slices
+    chips: int
+    cpu: Decimal
+    memory: Decimal
+    system_cpu: Decimal
+    system_memory: Decimal
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    name: str
+    role: str  # "cluster", "worker <name>", "manager", "existing cluster"
+    location: str
+    settings: Settings | None  # None for a MultiKueue manager (it runs no TPU work)
+    autopilot: bool = False
+    pools: tuple[Pool, ...] = ()
+    flavors: tuple[FlavorFit, ...] = ()
+    plans: tuple[PlanRun, ...] = ()
+    job: Job | None = None
+    system_quota_jobs: int | None = None
+    machine_jobs: int | None = None
+    machine: str = ""  # the system pool, "1 × n2-standard-16 (16 vCPU / 64 GiB each)"
+    system_pool: tuple[str, int] | None = None  # (machine type, nodes); None: Autopilot
+    at_once: int = 0
+    limit: str = ""
+
+    @property
+    def region(self) -> str:
+        parts = self.location.split("-")
+        return "-".join(parts[:2]) if len(parts) > 2 else self.location
+
+
+@dataclass(frozen=True)
+class StackReport:
+    clusters: tuple[ClusterReport, ...]
+    shape: JobShape
+    multikueue: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def tpu_clusters(self) -> tuple[ClusterReport, ...]:
+        return tuple(c for c in self.clusters if c.settings is not None and c.role != "manager")
+
+    @property
+    def at_once(self) -> int:
+        return sum(c.at_once for c in self.tpu_clusters)
+
+
+def plan_pools(settings: Settings) -> tuple[Pool, ...]:
+    """Every TPU pool of the cluster, plan A first, with its slices (the model's pool layout)."""
+    tpu = settings.tpu
+    pools: list[Pool] = []
+    plans = [(capacity.ON_DEMAND, settings.on_demand.name, settings.on_demand.max_slices)]
+    if settings.flex_start.active:
+        plans.append((capacity.FLEX_START, settings.flex_start.name, settings.flex_start.max_slices))
+    for plan, base, max_slices in plans:
+        for shape in capacity.pool_layout(base, tpu, max_slices):
+            pools.append(Pool(shape.name, plan, shape.max_nodes // tpu.hosts_per_slice, tpu.hosts_per_slice,
+                              tpu.chips_per_host, tpu.machine_type))
+    return tuple(pools)
+
+
+def job_on(settings: Settings, shape: JobShape) -> Job:
+    tpu = settings.tpu
+    hosts = shape.hosts if shape.hosts is not None else tpu.hosts_per_slice
+    slices = hosts // tpu.hosts_per_slice if hosts % tpu.hosts_per_slice == 0 else None
+    system_cpu, system_memory = capacity.system_pods_per_job(shape.head)
+    return Job(shape, hosts, slices, (slices or 0) * tpu.chips_per_slice,
+               parse_quantity(shape.worker.cpu) * hosts, parse_quantity(shape.worker.memory) * hosts,
+               system_cpu, system_memory)
+
+
+def _quota_fit(quota: dict[str, int | str], needs: dict[str, Decimal]) -> tuple[int | None, str]:
+    if quota == queues.UNLIMITED:
+        return None, "unlimited quota (the tutorial's 1e9)"
+    fits = [(_floor(parse_quantity(quota[r]) / need), r) for r, need in needs.items() if need > 0]
+    jobs, resource = min(fits)
+    return jobs, f"{resource} quota {quota[resource]}"
+
+
+def _plan_flavors(settings: Settings, pools: tuple[Pool, ...], job: Job) -> tuple[FlavorFit, ...]:
+    plan = queues.queue_plan(settings)
+    by_plan = {p: [pool for pool in pools if pool.plan == p] for p in capacity.PLANS}
+    check = "dws-prov" if plan.provisioning_check else None
+    needs = {"cpu": job.cpu, "memory": job.memory, TPU_RESOURCE: Decimal(job.chips)}
+    fits: list[FlavorFit] = []
+    for flavor in plan.flavors:
+        if not flavor.plan:  # the system flavor: Ray heads and KubeRay's pods
+            admits, why = _quota_fit(flavor.quota, {"cpu": job.system_cpu, "memory": job.system_memory})
+            fits.append(FlavorFit(flavor, None, None, admits, why, None))
+            continue
+        pool = by_plan[flavor.plan][plan.flavors_of(flavor.plan).index(flavor.name)]  # one flavor per pool, in order
+        if job.slices is None:
+            fits.append(FlavorFit(flavor, None, pool, 0, "the job is not a whole number of slices", 0))
+            continue
+        admits, why = _quota_fit(flavor.quota, needs)
+        fits.append(FlavorFit(flavor, check if flavor.plan == capacity.FLEX_START else None, pool, admits, why,
+                              pool.slices // job.slices))
+    return tuple(fits)
+
+
+def _plan_run(plan: str, flavors: tuple[FlavorFit, ...], pools: tuple[Pool, ...]) -> PlanRun:
+    mine = [f for f in flavors if f.flavor.plan == plan]
+    chips = sum(p.chips for p in pools if p.plan == plan)
+    admits = None if any(f.admits is None for f in mine) else sum(f.admits or 0 for f in mine)
+    runs = 0
+    reasons: list[str] = []
+    for fit in mine:
+        pool_runs = fit.runs or 0
+        if fit.admits is not None and fit.admits < pool_runs:
+            runs += fit.admits
+            reasons.append(f"{fit.flavor.name}: {fit.admits_limit}")
+        else:
+            runs += pool_runs
+            assert fit.pool is not None
+            reasons.append(f"{fit.flavor.name}: pool {fit.pool.name} ({fit.pool.slices} slice"
+                           f"{'s' if fit.pool.slices != 1 else ''})")
+    limit = "; ".join(reasons)
+    if admits is None and mine:
+        limit += "; Kueue admits every further job to the unlimited flavor, where it waits for DWS capacity"
+    return PlanRun(plan, chips, admits, runs, limit)
+
+
+def tpu_cluster_report(name: str, role: str, location: str, settings: Settings, shape: JobShape) -> ClusterReport:
+    pools = plan_pools(settings)
+    job = job_on(settings, shape)
+    flavors = _plan_flavors(settings, pools, job)
+    plans = tuple(_plan_run(p, flavors, pools) for p in capacity.PLANS if any(f.flavor.plan == p for f in flavors))
+    system_fit = next(f for f in flavors if not f.flavor.plan)
+    system_jobs = system_fit.admits
+    pool = settings.system_pool
+    shape_of = machine_shape(pool.machine_type)
+    machine_jobs = None
+    machine = f"{pool.node_count} × {pool.machine_type}"
+    if shape_of is not None:
+        vcpus, gib = shape_of
+        per_node = min(_floor(vcpus / job.system_cpu), _floor(gib * GIB / job.system_memory))
+        machine_jobs = per_node * pool.node_count
+        machine += f" ({vcpus} vCPU / {_quantity(gib)} GiB each)"
+    tpu_jobs = sum(p.runs for p in plans)
+    candidates = [(tpu_jobs, "TPU capacity (" + " + ".join(f"{PLAN_NAMES[p.plan]} {p.runs}" for p in plans) + ")")]
+    if system_jobs is not None:
+        candidates.append((system_jobs, f"the system pool's CPU quota (default-cpu {system_fit.admits_limit})"))
+    if machine_jobs is not None:
+        candidates.append((machine_jobs, f"the system pool's machines ({machine}, before GKE's reservations)"))
+    at_once = min(c[0] for c in candidates)
+    limit = " and ".join(why for jobs, why in candidates if jobs == at_once)
+    return ClusterReport(name, role, location, settings, False, pools, flavors, plans, job, system_jobs,
+                         machine_jobs, machine, (pool.machine_type, pool.node_count), at_once, limit)
+
+
+def stack_report(settings: Settings, shape: JobShape) -> StackReport:
+    mk = settings.multikueue
+    if mk.enabled and mk.manager is not None:
+        pool = settings.system_pool
+        manager = ClusterReport(mk.manager.cluster_name, "manager", mk.manager.location, None, mk.manager.autopilot,
+                                machine="" if mk.manager.autopilot else f"{pool.node_count} × {pool.machine_type}",
+                                system_pool=None if mk.manager.autopilot else (pool.machine_type, pool.node_count))
+        workers = tuple(tpu_cluster_report(w.settings.cluster_name, f"worker {w.name}", w.settings.location,
+                                           w.settings, shape) for w in mk.workers)
+        return StackReport((manager, *workers), shape, multikueue=True, notes=(
+            "The manager admits on one unlimited flavor and dispatches each job to a worker (MultiKueue): the "
+            "workers' quotas and pools decide, so the stack runs the sum of its workers' jobs at once.",))
+    if settings.existing_cluster is not None:
+        ec = settings.existing_cluster
+        return StackReport((tpu_cluster_report(ec.name, "existing cluster", ec.location, settings, shape),), shape,
+                           notes=("An existing cluster: its pools are not created by this stack; the figures are for "
+                                  "the pools the settings describe (the flavors and quotas select them).",))
+    return StackReport((tpu_cluster_report(settings.cluster_name, "cluster", settings.location, settings, shape),),
+                       shape)
+
+
+def _quota_text(quota: dict[str, int | str]) -> str:
+    if quota == queues.UNLIMITED:
+        return "unlimited (1e9 each)"
+    return " / ".join(str(quota[r]) for r in queues.COVERED_RESOURCES)
+
+
+def _count(value: int | None) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def capacity_markdown(report: StackReport) -> list[str]:
+    shape = report.shape
+    lines = ["## Capacity and concurrency", ""]
+    who = f"`{shape.name}`" + (f" ×{shape.copies}" if shape.copies > 1 else "")
+    hosts = "one slice" if shape.hosts is None else f"{shape.hosts} host{'s' if shape.hosts != 1 else ''}"
+    lines.append(f"Job shape: {who} ({shape.source}): Ray head {shape.head.cpu} CPU / {shape.head.memory}; "
+                 f"TPU workers {shape.worker.cpu} CPU / {shape.worker.memory} per host, {hosts}.")
+    for note in report.notes:
+        lines += ["", note]
+    for cluster in report.clusters:
+        lines += ["", f"### {cluster.role.capitalize()} `{cluster.name}` ({cluster.location})", ""]
+        if cluster.settings is None:
+            kind = "Autopilot" if cluster.autopilot else f"Standard, system pool {cluster.machine}"
+            lines.append(f"{kind}; no TPU pools. ClusterQueue flavor `multikueue`: unlimited quota (1e9 each), "
+                         "AdmissionCheck `multikueue` dispatching to "
+                         + ", ".join(f"`{c.name}`" for c in report.tpu_clusters) + ".")
+            continue
+        tpu = cluster.settings.tpu
+        lines.append(f"TPU {tpu.family.name} {tpu.topology}: {tpu.hosts_per_slice} host"
+                     f"{'s' if tpu.hosts_per_slice != 1 else ''} × {tpu.chips_per_host} chips "
+                     f"({tpu.machine_type}) = {tpu.chips_per_slice} chips per slice.")
+        lines += ["", "| plan | pools × slices × hosts × chips per host | chips |", "|---|---|---:|"]
+        for plan in cluster.plans:
+            pools = [p for p in cluster.pools if p.plan == plan.plan]
+            slices = sorted({p.slices for p in pools})
+            per_pool = f"{slices[0]}" if len(slices) == 1 else "/".join(map(str, slices))
+            lines.append(f"| {PLAN_NAMES[plan.plan]} | {len(pools)} pool{'s' if len(pools) != 1 else ''} "
+                         f"({', '.join(p.name for p in pools)}) × {per_pool} slice{'s' if per_pool != '1' else ''} "
+                         f"× {tpu.hosts_per_slice} × {tpu.chips_per_host} ({tpu.machine_type}) | {plan.chips} |")
+        lines += ["", "Kueue flavors in the order the ClusterQueue tries them (one per node pool):", "",
+                  "| # | flavor | plan | node labels | quota cpu / memory / google.com/tpu | check | jobs admitted "
+                  "| jobs its pool runs |", "|---:|---|---|---|---|---|---:|---:|"]
+        for i, fit in enumerate(cluster.flavors, 1):
+            labels = ", ".join(f"`{k}={v}`" for k, v in fit.flavor.node_labels.items())
+            plan_name = PLAN_NAMES.get(fit.flavor.plan, "system (Ray heads)")
+            lines.append(f"| {i} | `{fit.flavor.name}` | {plan_name} | {labels} | {_quota_text(fit.flavor.quota)} | "
+                         f"{fit.check or '–'} | {_count(fit.admits)} | {'–' if fit.runs is None else fit.runs} |")
+        job = cluster.job
+        assert job is not None
+        lines.append("")
+        if job.slices is None:
+            lines.append(f"- A job of {job.hosts} hosts is not a whole number of {tpu.topology} slices "
+                         f"({tpu.hosts_per_slice} hosts): the jobs stack refuses it.")
+        else:
+            lines.append(f"- One job: {job.slices} slice{'s' if job.slices != 1 else ''} = {job.chips} chips, "
+                         f"{job.hosts} workers × {shape.worker.cpu} CPU / {shape.worker.memory}; on `default-cpu` "
+                         f"its Ray head + KubeRay's submitter and autoscaler = {_quantity(job.system_cpu)} CPU / "
+                         f"{_gib(job.system_memory)}.")
+        for plan in cluster.plans:
+            lines.append(f"- {PLAN_NAMES[plan.plan]}: **{plan.runs}** at once ({plan.limit}).")
+        lines.append(f"- System pool CPU quota (`default-cpu`): {_count(cluster.system_quota_jobs)} jobs; "
+                     f"system pool machines ({cluster.machine}): "
+                     f"{'?' if cluster.machine_jobs is None else cluster.machine_jobs} jobs "
+                     "(before GKE's node reservations and the system pods).")
+        lines.append(f"- **At once on this cluster: {cluster.at_once} job{'s' if cluster.at_once != 1 else ''}**, "
+                     f"limited by {cluster.limit}.")
+        if any(p.admits is None for p in cluster.plans):
+            lines.append("- Jobs waiting in the unlimited `dws` flavor for DWS capacity already hold their "
+                         "`default-cpu` quota (Kueue reserves quota before the `dws-prov` check passes).")
+    if report.multikueue:
+        lines += ["", f"**Stack total: {report.at_once} jobs at once** across "
+                  f"{len(report.tpu_clusters)} workers."]
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Cost
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Amount:
+    """A sum of prices, remembering which parts had no verified price."""
+
+    value: Decimal = Decimal(0)
+    missing: list[str] = field(default_factory=list)
+
+    def add(self, price: Price, quantity: int | Decimal, what: str) -> Amount:
+        if quantity == 0:
+            return self
+        if price.value is None:
+            self.missing.append(what)
+        else:
+            self.value += price.value * Decimal(quantity)
+        return self
+
+    def plus(self, other: Amount) -> Amount:
+        return Amount(self.value + other.value, self.missing + other.missing)
+
+    def text(self) -> str:
+        if not self.missing:
+            return money(self.value)
+        if self.value == 0:
+            return "n/a"
+        return f"≥ {money(self.value)}"
+
+
+@dataclass(frozen=True)
+class ClusterCost:
+    cluster: ClusterReport
+    idle: Amount
+    plans: dict[str, Amount]
+    job: dict[str, Amount]
+    prices: list[tuple[str, str, Price]]  # every price used: what it is, the region, the price
+
+    @property
+    def full(self) -> Amount:
+        total = Amount().plus(self.idle)
+        for amount in self.plans.values():
+            total = total.plus(amount)
+        return total
+
+
+def cluster_cost(cluster: ClusterReport, table: PriceTable) -> ClusterCost:
+    region = cluster.region
+    used: list[tuple[str, str, Price]] = []
+    idle = Amount()
+    external = cluster.role == "existing cluster"
+    fee = table.gke("clusterFee", region)
+    if not external:
+        idle.add(fee, 1, "GKE cluster fee")
+        used.append(("GKE cluster fee", region, fee))
+    settings = cluster.settings
+    if cluster.system_pool is None:
+        cpu = table.gke("autopilotVcpu", region)
+        if cpu.value is None:
+            idle.missing.append("Autopilot pod requests (Kueue's controller)")
+        used.append(("Autopilot vCPU-hour", region, cpu))
+    elif not external:
+        machine_type, count = cluster.system_pool
+        price = table.machine(machine_type, region)
+        idle.add(price, count, f"system pool {count} × {machine_type}")
+        used.append((f"{machine_type} node-hour", region, price))
+    plans: dict[str, Amount] = {}
+    job: dict[str, Amount] = {}
+    if settings is not None and cluster.job is not None:
+        family = settings.tpu.family.name
+        for plan in cluster.plans:
+            price = table.tpu(family, plan.plan, region)
+            used.append((f"TPU {family} {plan.plan} chip-hour", region, price))
+            plans[plan.plan] = Amount().add(price, plan.chips, f"{PLAN_NAMES[plan.plan]} TPUs")
+            job[plan.plan] = Amount().add(price, cluster.job.chips, f"a job on {PLAN_NAMES[plan.plan]}")
+    return ClusterCost(cluster, idle, plans, job, used)
+
+
+def cost_markdown(report: StackReport, table: PriceTable) -> list[str]:
+    costs = [cluster_cost(c, table) for c in report.clusters]
+    lines = ["## Cost per hour (list prices, not a bill)", "",
+             f"Published list prices from {table.origin}, with each cluster's region applied: no discounts, "
+             "committed-use contracts, negotiated prices, taxes, disks, network or logging. **These are list prices, "
+             "not a bill.** `n/a` or `≥` marks parts without a verified price (see the table below); override "
+             "them with `--prices FILE`.", "",
+             "| cluster | region | idle (GKE fee + system pool) | plan A at full scale | plan B at full scale "
+             "| everything at full scale |", "|---|---|---:|---:|---:|---:|"]
+    total_idle, total_full = Amount(), Amount()
+    for cost in costs:
+        a = cost.plans.get(capacity.ON_DEMAND)
+        b = cost.plans.get(capacity.FLEX_START)
+        idle = "– (not this stack's)" if cost.cluster.role == "existing cluster" else cost.idle.text()
+        lines.append(f"| `{cost.cluster.name}` | {cost.cluster.region} | {idle} | "
+                     f"{a.text() if a else '–'} | {b.text() if b else '–'} | {cost.full.text()} |")
+        total_idle, total_full = total_idle.plus(cost.idle), total_full.plus(cost.full)
+    if len(costs) > 1:
+        lines.append(f"| **stack** | | **{total_idle.text()}** | | | **{total_full.text()}** |")
+    lines.append("")
+    for cost in costs:
+        if not cost.job or cost.cluster.job is None or cost.cluster.job.slices is None:
+            continue
+        parts = []
+        for plan, amount in cost.job.items():
+            text = amount.text()
+            if plan == capacity.FLEX_START and amount.missing and capacity.ON_DEMAND in cost.job:
+                on_demand = cost.job[capacity.ON_DEMAND]
+                if not on_demand.missing:
+                    text += f" (at most {on_demand.text()} if billed below on-demand)"
+            parts.append(f"{PLAN_NAMES[plan]} {text}")
+        lines.append(f"- A job on `{cost.cluster.name}` ({cost.cluster.job.chips} chips) costs per hour: "
+                     + "; ".join(parts) + " (its Ray head runs on the system pool, already counted as idle).")
+    lines += ["", "| price used | regions | USD per hour | basis | source |", "|---|---|---:|---|---|"]
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for cost in costs:
+        for what, region, price in cost.prices:
+            regions = grouped.setdefault((what, money(price.value) if price.known else "no verified price",
+                                          price.basis.removeprefix(f"{region} "), price.source), [])
+            if region not in regions:
+                regions.append(region)
+    for (what, value, basis, source_id), regions in grouped.items():
+        source = table.source(source_id)
+        title = source.get("title", source_id)
+        link = f"[{title}]({source['url']})" if source.get("url") else title
+        lines.append(f"| {what} | {', '.join(regions)} | {value} | {basis} | {link} |")
+    missing = sorted({m for c in costs for m in c.idle.missing + [x for a in c.plans.values() for x in a.missing]})
+    if missing:
+        lines += ["", "Not included for want of a verified price: " + "; ".join(missing) + "."]
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Diagram
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Diagram:
+    subgraphs: list[tuple[str, str, list[str]]] = field(default_factory=list)  # (id, label, node ids)
+    nodes: dict[str, str] = field(default_factory=dict)  # id -> label
+    edges: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, label)
+
+    def node(self, node_id: str, label: str, members: list[str]) -> str:
+        self.nodes[node_id] = label
+        members.append(node_id)
+        return node_id
+
+    def mermaid(self) -> str:
+        out = ["```mermaid", "flowchart LR"]
+        for sub_id, label, members in self.subgraphs:
+            out.append(f'  subgraph {sub_id}["{_label(label)}"]')
+            out += [f'    {m}["{_label(self.nodes[m])}"]' for m in members]
+            out.append("  end")
+        for src, dst, label in self.edges:
+            out.append(f'  {src} -->|"{_label(label)}"| {dst}' if label else f"  {src} --> {dst}")
+        out.append("```")
+        return "\n".join(out)
+
+
+def _label(text: str) -> str:
+    return text.replace('"', "#quot;")
+
+
+def node_id(*parts: str) -> str:
+    return "_".join(re.sub(r"[^A-Za-z0-9]+", "_", p).strip("_") for p in parts)
+
+
+def _tpu_cluster_diagram(diagram: Diagram, cluster: ClusterReport) -> None:
+    settings = cluster.settings
+    assert settings is not None
+    c = cluster.name
+    members: list[str] = []
+    diagram.subgraphs.append((node_id("c", c), f"{cluster.role} {c} ({cluster.location})", members))
+    kueue = diagram.node(node_id(c, "kueue"), f"Kueue {settings.kueue.version}", members)
+    plan = queues.queue_plan(settings)
+    cq = diagram.node(node_id(c, "cq"), f"ClusterQueue {plan.cluster_queue}", members)
+    for ns, name in plan.local_queues:
+        lq = diagram.node(node_id(c, "lq", ns, name), f"LocalQueue {ns}/{name}", members)
+        diagram.edges.append((lq, cq, ""))
+    system = diagram.node(node_id(c, "pool", settings.system_pool.name),
+                          f"system pool {settings.system_pool.name}<br/>{cluster.machine.split(' (')[0]}", members)
+    diagram.edges.append((kueue, system, "runs on"))
+    for i, fit in enumerate(cluster.flavors, 1):
+        quota = ("unlimited" if fit.flavor.quota == queues.UNLIMITED else
+                 ", ".join(f"{r.removeprefix('google.com/')} {fit.flavor.quota[r]}" for r in queues.COVERED_RESOURCES))
+        flavor = diagram.node(node_id(c, "flavor", fit.flavor.name), f"flavor {fit.flavor.name}<br/>{quota}", members)
+        diagram.edges.append((cq, flavor, f"{i}" + (f" · {fit.check}" if fit.check else "")))
+        if fit.pool is None:
+            diagram.edges.append((flavor, system, ""))
+            continue
+        pool = fit.pool
+        mode = "on-demand" if pool.plan == capacity.ON_DEMAND else "DWS flex-start"
+        pool_node = diagram.node(node_id(c, "pool", pool.name),
+                                 f"{PLAN_NAMES[pool.plan].split(' (')[0]}: {pool.name}<br/>{mode}, {pool.slices} × "
+                                 f"{settings.tpu.family.name} {settings.tpu.topology} = {pool.chips} chips", members)
+        diagram.edges.append((flavor, pool_node, ""))
+
+
+def diagram(report: StackReport) -> Diagram:
+    d = Diagram()  # subgraph ids are the cluster's node id prefixed "c_", so they never collide with a node
+    manager = next((c for c in report.clusters if c.role == "manager"), None)
+    for cluster in report.tpu_clusters:
+        _tpu_cluster_diagram(d, cluster)
+    if manager is not None:
+        members: list[str] = []
+        m = manager.name
+        kind = "Autopilot" if manager.autopilot else "Standard"
+        d.subgraphs.insert(0, (node_id("c", m), f"manager {m} ({manager.location}, {kind})", members))
+        d.node(node_id(m, "kueue"), "Kueue (MultiKueue)", members)
+        cq = d.node(node_id(m, "cq"), "ClusterQueue, flavor multikueue (unlimited)", members)
+        config = d.node(node_id(m, "mkconfig"), "MultiKueueConfig<br/>AdmissionCheck multikueue", members)
+        first = report.tpu_clusters[0].settings if report.tpu_clusters else None
+        local_queues = queues.queue_plan(first).local_queues if first is not None else ()
+        for ns, name in local_queues:
+            lq = d.node(node_id(m, "lq", ns, name), f"LocalQueue {ns}/{name}", members)
+            d.edges.append((lq, cq, ""))
+        d.edges.append((cq, config, "admission check"))
+        for worker in report.tpu_clusters:
+            for ns, name in local_queues:
+                d.edges.append((config, node_id(worker.name, "lq", ns, name),
+                                f"MultiKueueCluster {worker.role.removeprefix('worker ')}"))
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# The jobs project
+# --------------------------------------------------------------------------------------------
+
+
+def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[str, object], table: PriceTable
+                  ) -> tuple[list[str], Diagram]:
+    """What the jobs stack submits, against the infra stack's outputs: slices and chips per copy, the list price of
+    a copy per hour on each plan, and a diagram of the jobs and the queue they go to."""
+    tpu = outputs.get("tpu") if isinstance(outputs.get("tpu"), dict) else {}
+    assert isinstance(tpu, dict)
+    hosts_per_slice = int(tpu.get("hostsPerSlice", 0) or 0)
+    chips_per_slice = int(tpu.get("chipsPerSlice", 0) or 0)
+    family = str(tpu.get("type", "?"))
+    location = str(outputs.get("clusterLocation", ""))
+    parts = location.split("-")
+    region = "-".join(parts[:2]) if len(parts) > 2 else location
+    multikueue = bool(outputs.get("multikueue"))
+    flavors = outputs.get("flavors") if isinstance(outputs.get("flavors"), dict) else {}
+    assert isinstance(flavors, dict)
+    queues_out = outputs.get("localQueues") or []
+    assert isinstance(queues_out, list)
+    default_queue = f"{queues_out[0]['namespace']}/{queues_out[0]['name']}" if queues_out else "?"
+    lines = ["## Jobs", "", f"Against infra stack `{infra_stack}`: TPU {family} {tpu.get('topology', '?')} "
+             f"({hosts_per_slice} hosts, {chips_per_slice} chips per slice)"
+             + (", dispatched by MultiKueue to whichever worker admits the job first" if multikueue else
+                f", cluster `{outputs.get('clusterName', '?')}` in {location}") + ". How many run at once is the "
+             "infra stack's report (its quotas and pools); list prices, not a bill.", "",
+             "| job | copies | queue | TPU hosts per copy | slices | chips | plan A per copy-hour "
+             "| plan B per copy-hour |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    d = Diagram()
+    members: list[str] = []
+    d.subgraphs.append((node_id("c", "jobs"), f"jobs stack → infra {infra_stack}", members))
+    for spec in specs:
+        hosts = spec.workers if spec.workers is not None else hosts_per_slice
+        slices = hosts // hosts_per_slice if hosts_per_slice else 0
+        chips = slices * chips_per_slice
+        cost = []
+        for plan, flavor_key in ((capacity.ON_DEMAND, "onDemand"), (capacity.FLEX_START, "flexStart")):
+            if flavors.get(flavor_key) is None:
+                cost.append("–")
+                continue
+            price = table.tpu(family, plan, region) if not multikueue else Price(None, "depends on the worker")
+            cost.append(money(price.value * chips) if price.value is not None else "n/a")
+        queue = spec.queue or default_queue
+        lines.append(f"| `{spec.name}` | {spec.count} | {queue} | {hosts} | {slices} | {chips} | {cost[0]} | "
+                     f"{cost[1]} |")
+        job = d.node(node_id("job", spec.name), f"RayJob {spec.name} ×{spec.count}<br/>{chips} chips each", members)
+        lq = node_id("lq", queue)
+        if lq not in d.nodes:
+            d.node(lq, f"LocalQueue {queue}<br/>(infra {infra_stack.split('/')[-1]})", members)
+        d.edges.append((job, lq, "kueue.x-k8s.io/queue-name"))
+    if not multikueue:
+        lines += ["", f"Prices: {family} chip-hour in {region}: on-demand "
+                  f"{_price_text(table.tpu(family, capacity.ON_DEMAND, region))}; flex-start "
+                  f"{_price_text(table.tpu(family, capacity.FLEX_START, region))} ({table.origin})."]
+    return lines, d
+
+
+def _price_text(price: Price) -> str:
+    return f"{money(price.value)} ({price.basis})" if price.known else f"no verified price ({price.basis})"
