@@ -90,7 +90,9 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
 
 def _server(kubeconfig: str) -> str:
     """The current context's API server address (without https://), as GKE's endpoint output reads."""
-    doc: dict[str, Any] = yaml.safe_load(kubeconfig) or {}
+    doc = yaml.safe_load(kubeconfig)
+    if not isinstance(doc, dict):  # the offline plan's "[secret]" placeholder (YAML: a list), or no kubeconfig
+        return ""
     contexts = {c["name"]: c["context"] for c in doc.get("contexts", [])}
     cluster_name = contexts.get(doc.get("current-context", ""), {}).get("cluster")
     clusters = {c["name"]: c["cluster"] for c in doc.get("clusters", [])}

@@ -365,6 +365,10 @@ def run_program(
     with _RUN_LOCK:
         monitor = _RecordingMonitor(_Mocks(stack_references or {}))
         runtime_settings.ROOT.set(None)
+        # A run that failed in an apply leaves its pending Output tasks in this process-wide set; the next
+        # run_pulumi_func would await them and raise that run's error again.
+        with runtime_settings.SETTINGS.lock:
+            runtime_settings.SETTINGS.outputs.clear()
         pulumi.runtime.set_all_config(config, secret_keys)
         mocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
         root = runtime_settings.get_root_resource()

@@ -18,7 +18,7 @@ from tpu_fallback.render.rayjob import follow_commands
 OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands", "admissionOrder")
 # The engine creates a job's copies concurrently and Kueue breaks a creation-time tie by UID (seen on the real
 # engine: copy 2 got on-demand in 4 of 25 runs), so no copy is promised plan A.
-ADMISSION_ORDER = ("Copies are submitted together and Kueue admits them in creation order, ties broken at random: "
+ADMISSION_ORDER = ("Copies are submitted together and Kueue admits them in creation order, ties broken by UID: "
                    "any one copy may take plan A (on-demand); see each job's `workload` command for its flavor.")
 
 
