@@ -8,7 +8,6 @@ to exist with the names and labels the settings describe (the queues select them
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
