@@ -4,11 +4,16 @@
 #
 #   kube-apiserver           k8s.io/kubernetes, through the wrapper module in ./apiserver
 #   kube-controller-manager  k8s.io/kubernetes, the same wrapper module (./apiserver/cmd/kube-controller-manager)
+#   kube-scheduler           k8s.io/kubernetes, the same wrapper module (./apiserver/cmd/kube-scheduler)
 #   etcd                     go.etcd.io/etcd/server/v3, through the wrapper module in ./etcd
 #   kueue                    sigs.k8s.io/kueue/cmd/kueue, with `go install module@version`,
 #                            plus its CRDs, webhook manifests and Helm chart from the same module
 #   crds                     KubeRay's CRDs (github.com/ray-project/kuberay/ray-operator) and the
 #                            ProvisioningRequest CRD (k8s.io/autoscaler/cluster-autoscaler/apis)
+#   kwok                     the KWOK controller (fake nodes and pods), sigs.k8s.io/kwok/cmd/kwok,
+#                            with `go install module@version`, plus its Stage manifests
+#   kuberay                  the KubeRay operator, github.com/ray-project/kuberay/ray-operator, with
+#                            `go install module@version` (the same version as the KubeRay CRDs)
 #
 # Everything comes from Go modules through the Go module proxy (`go mod download`
 # for the manifests); nothing else is downloaded. The results are cached outside
@@ -20,6 +25,8 @@
 # writes them to $CACHE/bin.env, which a harness can source:
 #
 #   KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, ETCD, KUEUE   the binaries
+#   KUBE_SCHEDULER, KWOK, KUBERAY_OPERATOR                 the simulated GKE's binaries (gke_sim.py)
+#   KWOK_STAGES_DIR    KWOK's node and pod Stage manifests (kustomize/stage, "fast" set)
 #   KUEUE_CRD_DIR      Kueue's config/components/crd/bases/*.yaml (with
 #                      webhook-manifests.yaml in the directory above it)
 #   KUEUE_CHART        Kueue's Helm chart (charts/kueue), for a real-engine test
@@ -27,12 +34,14 @@
 #   PROVREQ_CRD_DIR    autoscaling.x-k8s.io_provisioningrequests.yaml
 #   *_VERSION          the version of each
 #
-# Usage: tests/e2e/build_components.sh [apiserver] [controller-manager] [etcd] [kueue] [crds]
-#   (no argument: all five; bin.env lists only what is built or cached)
+# Usage: tests/e2e/build_components.sh [apiserver] [controller-manager] [scheduler] [etcd] [kueue] [crds]
+#                                      [kwok] [kuberay]
+#   (no argument: all eight; bin.env lists only what is built or cached)
 #
 # Versions: kube-apiserver, kube-controller-manager and etcd are pinned by the
-# go.mod of their wrapper module (bump there and re-run `go mod tidy`); Kueue by
-# KUEUE_VERSION and KubeRay by KUBERAY_VERSION below, overridable from the
+# go.mod of their wrapper module (bump there and re-run `go mod tidy`), and so is
+# kube-scheduler; Kueue by KUEUE_VERSION, KWOK by KWOK_VERSION and KubeRay (CRDs
+# and operator) by KUBERAY_VERSION below, overridable from the
 # environment; the ProvisioningRequest API is taken at the version Kueue's own
 # go.mod requires (PROVREQ_VERSION overrides it).
 #
@@ -48,6 +57,8 @@ KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 # also the version Kueue v0.19.2's go.mod requires.
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 KUBERAY_MODULE=github.com/ray-project/kuberay/ray-operator
+# KWOK: v0.8.0 is the newest release the proxy serves; it requires k8s.io/* v0.36.1 (kubernetes here is 1.36).
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 PROVREQ_MODULE=k8s.io/autoscaler/cluster-autoscaler/apis
 PROVREQ_VERSION=${PROVREQ_VERSION:-}  # default: what Kueue's go.mod requires
 
@@ -148,6 +159,24 @@ build_controller_manager() { # TMPDIR VERSION
   # of the two mostly reuses the first one's build cache.
   (cd "$HERE/apiserver" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly \
       -ldflags "$(kube_ldflags "$2")" -o "$1/kube-controller-manager" ./cmd/kube-controller-manager)
+}
+
+build_scheduler() { # TMPDIR VERSION
+  # Same module as kube-apiserver and kube-controller-manager.
+  (cd "$HERE/apiserver" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly \
+      -ldflags "$(kube_ldflags "$2")" -o "$1/kube-scheduler" ./cmd/kube-scheduler)
+}
+
+build_kwok() { # TMPDIR VERSION
+  # KWOK's go.mod has no replace directives, so go install module@version works. pkg/consts.Version is a
+  # constant (0.8.0 in v0.8.0), so there is nothing to stamp.
+  (cd "$1" && GOBIN="$1" "$GO" install "${BUILD_FLAGS[@]}" -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$2")
+}
+
+build_kuberay() { # TMPDIR VERSION
+  # ray-operator's go.mod (module github.com/ray-project/kuberay/ray-operator, main package at its root) has no
+  # replace directives, so go install module@version works; the binary is named ray-operator.
+  (cd "$1" && GOBIN="$1" "$GO" install "${BUILD_FLAGS[@]}" -ldflags "-s -w" "$KUBERAY_MODULE@$2")
 }
 
 build_etcd() { # TMPDIR VERSION
@@ -253,6 +282,30 @@ provreq_crd() {
   log "copied the ProvisioningRequest CRD of $PROVREQ_MODULE@$v to $dest"
 }
 
+# kwok_stages VERSION: KWOK's own Stage manifests (kustomize/stage of sigs.k8s.io/kwok, the "fast" node and pod
+# stages and the node heartbeat with leases), flattened into one directory that gke_sim.py reads. Sets RESULT.
+kwok_stages() {
+  local v=$1 dest="$CACHE/kwok-$1/stages" src tmp f
+  RESULT=$dest
+  if [[ -f "$dest/pod-complete.yaml" && -f "$dest/node-initialize.yaml" ]]; then
+    log "reusing $dest (cached)"
+    return 0
+  fi
+  module_dir sigs.k8s.io/kwok "$v"; src="$RESULT/kustomize/stage"
+  mkdir -p "$(dirname "$dest")"
+  tmp=$(mktemp -d "$(dirname "$dest")/.stages.XXXXXX")
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [[ -f "$src/$f" ]] || { rm -rf "$tmp"; die "sigs.k8s.io/kwok@$v has no kustomize/stage/$f"; }
+    cp "$src/$f" "$tmp/"
+  done
+  chmod 755 "$tmp" && chmod 644 "$tmp"/*
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  RESULT=$dest
+  log "copied KWOK $v stages to $dest"
+}
+
 # Sets PROVREQ_VERSION (unless given) to the cluster-autoscaler apis version
 # Kueue $KUEUE_VERSION requires, from its go.mod (kept as $CACHE/kueue-<v>/go.mod).
 provreq_version() {
@@ -269,9 +322,10 @@ provreq_version() {
 
 # --- main ---------------------------------------------------------------------
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=(apiserver controller-manager etcd kueue crds)
+[[ ${#want[@]} -gt 0 ]] || want=(apiserver controller-manager scheduler etcd kueue crds kwok kuberay)
 
-KUBE_APISERVER="" KUBE_CONTROLLER_MANAGER="" ETCD="" KUEUE="" KUEUE_CRD_DIR="" KUEUE_CHART=""
+KUBE_APISERVER="" KUBE_CONTROLLER_MANAGER="" KUBE_SCHEDULER="" ETCD="" KUEUE="" KUEUE_CRD_DIR="" KUEUE_CHART=""
+KWOK="" KWOK_STAGES_DIR="" KUBERAY_OPERATOR=""
 KUBERAY_CRD_DIR="" PROVREQ_CRD_DIR=""
 for c in "${want[@]}"; do
   case "$c" in
@@ -281,6 +335,17 @@ for c in "${want[@]}"; do
     controller-manager|kube-controller-manager)
       build_component kube-controller-manager "$KUBE_VERSION" kube-controller-manager build_controller_manager
       KUBE_CONTROLLER_MANAGER=$RESULT ;;
+    scheduler|kube-scheduler)
+      build_component kube-scheduler "$KUBE_VERSION" kube-scheduler build_scheduler
+      KUBE_SCHEDULER=$RESULT ;;
+    kwok)
+      build_component kwok "$KWOK_VERSION" kwok build_kwok
+      KWOK=$RESULT
+      kwok_stages "$KWOK_VERSION"
+      KWOK_STAGES_DIR=$RESULT ;;
+    kuberay|ray-operator)
+      build_component kuberay-operator "$KUBERAY_VERSION" ray-operator build_kuberay
+      KUBERAY_OPERATOR=$RESULT ;;
     etcd)
       build_component etcd "$ETCD_VERSION" etcd build_etcd
       ETCD=$RESULT ;;
@@ -295,7 +360,7 @@ for c in "${want[@]}"; do
       provreq_version
       provreq_crd "$PROVREQ_VERSION"
       PROVREQ_CRD_DIR=$RESULT ;;
-    *) die "unknown component '$c' (expected: apiserver, controller-manager, etcd, kueue, crds)" ;;
+    *) die "unknown component '$c' (expected: apiserver, controller-manager, scheduler, etcd, kueue, crds, kwok, kuberay)" ;;
   esac
 done
 
@@ -304,12 +369,16 @@ envfile="$CACHE/bin.env"
   echo "# written by tests/e2e/build_components.sh"
   [[ -z "$KUBE_APISERVER" ]] || printf 'KUBE_APISERVER=%s\nKUBE_VERSION=%s\n' "$KUBE_APISERVER" "$KUBE_VERSION"
   [[ -z "$KUBE_CONTROLLER_MANAGER" ]] || printf 'KUBE_CONTROLLER_MANAGER=%s\n' "$KUBE_CONTROLLER_MANAGER"
-  [[ -z "$KUBE_CONTROLLER_MANAGER" || -n "$KUBE_APISERVER" ]] || printf 'KUBE_VERSION=%s\n' "$KUBE_VERSION"
+  [[ -z "$KUBE_SCHEDULER" ]] || printf 'KUBE_SCHEDULER=%s\n' "$KUBE_SCHEDULER"
+  [[ -n "$KUBE_APISERVER" || ( -z "$KUBE_CONTROLLER_MANAGER" && -z "$KUBE_SCHEDULER" ) ]] \
+    || printf 'KUBE_VERSION=%s\n' "$KUBE_VERSION"
   [[ -z "$ETCD" ]] || printf 'ETCD=%s\nETCD_VERSION=%s\n' "$ETCD" "$ETCD_VERSION"
   [[ -z "$KUEUE" ]] || printf 'KUEUE=%s\nKUEUE_VERSION=%s\nKUEUE_CRD_DIR=%s\nKUEUE_CHART=%s\n' \
     "$KUEUE" "$KUEUE_VERSION" "$KUEUE_CRD_DIR" "$KUEUE_CHART"
   [[ -z "$KUBERAY_CRD_DIR" ]] || printf 'KUBERAY_CRD_DIR=%s\nKUBERAY_VERSION=%s\n' "$KUBERAY_CRD_DIR" "$KUBERAY_VERSION"
   [[ -z "$PROVREQ_CRD_DIR" ]] || printf 'PROVREQ_CRD_DIR=%s\nPROVREQ_VERSION=%s\n' "$PROVREQ_CRD_DIR" "$PROVREQ_VERSION"
+  [[ -z "$KWOK" ]] || printf 'KWOK=%s\nKWOK_STAGES_DIR=%s\nKWOK_VERSION=%s\n' "$KWOK" "$KWOK_STAGES_DIR" "$KWOK_VERSION"
+  [[ -z "$KUBERAY_OPERATOR" ]] || printf 'KUBERAY_OPERATOR=%s\nKUBERAY_OPERATOR_VERSION=%s\n' "$KUBERAY_OPERATOR" "$KUBERAY_VERSION"
 } > "$envfile.tmp"
 mv -f "$envfile.tmp" "$envfile"
 

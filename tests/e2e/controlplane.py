@@ -12,6 +12,11 @@ Kueue controller. It is ready when Kueue's /readyz answers, a server-side dry-ru
 passes through Kueue's webhooks (the idea of the project's readiness gate, tpu_fallback/components/kueue.py), and the
 controller manager is healthy and has created the `default` ServiceAccount.
 
+With `gke=True` (or a `GkeOptions`) it also runs what a GKE cluster has besides Kueue: kube-scheduler, the KWOK
+controller (fake nodes and pods: it manages the nodes annotated `kwok.x-k8s.io/node: fake` and their pods with
+the given Stages) and the KubeRay operator (RayJobs become RayClusters, pods and a submitter Job). The nodes
+themselves, the autoscaler and DWS are the simulated GKE's (tests/e2e/gke_sim.py, `simulated_gke()`).
+
 The controller manager runs the garbage collector, namespace, job, serviceaccount and serviceaccount-token
 controllers only: namespaces finish terminating, dependents are garbage-collected, Jobs get Pods and
 namespaces get their `default` ServiceAccount. There is no scheduler or kubelet, so Pods stay Pending. See
@@ -93,6 +98,13 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
 )
+# With gke: the node lifecycle controller removes the node.kubernetes.io/not-ready taint the API server's
+# TaintNodesByCondition admission puts on every new node, once KWOK has made the node Ready (and would evict pods
+# from nodes whose KWOK lease stops). Without it no pod is ever scheduled.
+# The pod garbage collector deletes pods left bound to a node that is gone (after its 40 s quarantine).
+GKE_CONTROLLERS = ("node-lifecycle-controller", "pod-garbage-collector-controller")
+KWOK_NODE_SELECTOR = "kwok.x-k8s.io/node=fake"  # the nodes KWOK manages (annotation selector)
+KWOK_POD_CIDR = "10.64.0.0/14"  # fake pod IPs (GKE's default pod range size); nothing routes them
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {"ElasticJobsViaWorkloadSlices": True}
 # VisibilityOnDemand (on by default) starts an API server on 0.0.0.0:8082 that wants certs under /visibility.
 BASE_FEATURE_GATES: Mapping[str, bool] = {"VisibilityOnDemand": False}
@@ -119,11 +131,23 @@ class Components:
     kueue_chart: Path
     webhook_manifests: Path
     versions: Mapping[str, str]
+    # The GKE components (ControlPlane(gke=...)); None if bin.env does not list them.
+    kube_scheduler: Path | None = None
+    kwok: Path | None = None
+    kwok_stages_dir: Path | None = None
+    kuberay_operator: Path | None = None
 
     KEYS: ClassVar[tuple[str, ...]] = (
         "KUBE_APISERVER", "KUBE_CONTROLLER_MANAGER", "ETCD", "KUEUE",
         "KUEUE_CRD_DIR", "KUEUE_CHART", "KUBERAY_CRD_DIR", "PROVREQ_CRD_DIR",
     )
+    GKE_KEYS: ClassVar[tuple[str, ...]] = ("KUBE_SCHEDULER", "KWOK", "KWOK_STAGES_DIR", "KUBERAY_OPERATOR")
+
+    def require_gke(self) -> None:
+        missing = [k for k, v in zip(self.GKE_KEYS, (self.kube_scheduler, self.kwok, self.kwok_stages_dir,
+                                                      self.kuberay_operator), strict=True) if v is None]
+        if missing:
+            raise RuntimeError(f"bin.env lacks {', '.join(missing)}; run {BUILD_SCRIPT} with no arguments")
 
     @property
     def crd_dirs(self) -> list[Path]:
@@ -141,7 +165,7 @@ class Components:
         missing = [k for k in cls.KEYS if not env.get(k)]
         if missing:
             raise RuntimeError(f"{path} lacks {', '.join(missing)}; run {BUILD_SCRIPT} with no arguments")
-        gone = [f"{k}={env[k]}" for k in cls.KEYS if not Path(env[k]).exists()]
+        gone = [f"{k}={env[k]}" for k in (*cls.KEYS, *cls.GKE_KEYS) if env.get(k) and not Path(env[k]).exists()]
         if gone:
             raise FileNotFoundError(f"{path} names paths that do not exist: {', '.join(gone)}; remove them (or "
                                     f"their cache directory) and run {BUILD_SCRIPT} again")
@@ -157,7 +181,29 @@ class Components:
             kueue_chart=Path(env["KUEUE_CHART"]),
             webhook_manifests=crd_dir.parent / "webhook-manifests.yaml",
             versions={k: v for k, v in env.items() if k.endswith("_VERSION")},
+            kube_scheduler=_optional_path(env.get("KUBE_SCHEDULER")),
+            kwok=_optional_path(env.get("KWOK")),
+            kwok_stages_dir=_optional_path(env.get("KWOK_STAGES_DIR")),
+            kuberay_operator=_optional_path(env.get("KUBERAY_OPERATOR")),
         )
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+@dataclass(frozen=True)
+class GkeOptions:
+    """How ControlPlane runs the GKE components.
+
+    `kwok_stages`: the KWOK Stage objects (None: gke_sim.kwok_stages() with GKE-like job run time of 10 s);
+    `ray_dashboard_proxy`: an http:// URL the KubeRay operator uses as HTTP_PROXY, so its Ray dashboard calls
+    (http://<head-svc>.<ns>.svc.cluster.local:8265) reach a fake dashboard (gke_sim.RayDashboard); None: no proxy,
+    and RayJobs stay Running because no dashboard answers.
+    """
+
+    kwok_stages: Sequence[Mapping[str, Any]] | None = None
+    ray_dashboard_proxy: str | None = None
 
 
 def cache_dir() -> Path:
@@ -315,7 +361,9 @@ class ControlPlane:
         kueue_log_level: int = 2,
         keep: bool | None = None,
         timeout: float = 120.0,
+        gke: bool | GkeOptions = False,
     ) -> None:
+        self.gke: GkeOptions | None = (GkeOptions() if gke is True else gke) if gke else None
         self._crd_dirs_arg = list(crd_dirs) if crd_dirs is not None else None
         self.crd_dirs: list[Path] = []  # resolved at start
         self._crd_source = ""
@@ -335,6 +383,8 @@ class ControlPlane:
         self.webhook_port = 0
         self.health_port = 0
         self.controller_manager_port = 0
+        self.scheduler_port = 0
+        self.kuberay_health_port = 0
 
     # --- public ----------------------------------------------------------------------------------------------
 
@@ -382,6 +432,18 @@ class ControlPlane:
     def controller_manager_log(self) -> Path:
         return self.workdir / "controller-manager.log"
 
+    @property
+    def scheduler_log(self) -> Path:
+        return self.workdir / "scheduler.log"
+
+    @property
+    def kwok_log(self) -> Path:
+        return self.workdir / "kwok.log"
+
+    @property
+    def kuberay_log(self) -> Path:
+        return self.workdir / "kuberay.log"
+
     def __enter__(self) -> ControlPlane:
         self.start()
         return self
@@ -406,7 +468,8 @@ class ControlPlane:
         self.timings["total"] = time.monotonic() - t0
 
     def stop(self) -> None:
-        """Stop Kueue, kube-controller-manager, kube-apiserver, then etcd (reverse start order); remove the work dir."""
+        """Stop Kueue, the GKE components (KubeRay, KWOK, kube-scheduler), kube-controller-manager, kube-apiserver,
+        then etcd (reverse start order); remove the work dir."""
         t0 = time.monotonic()
         interrupted: KeyboardInterrupt | None = None
         for proc in reversed(self._procs):
@@ -428,11 +491,13 @@ class ControlPlane:
             raise interrupted
 
     def logs_tail(self, lines: int = 40) -> str:
-        """The last lines of the Kueue, kube-controller-manager, kube-apiserver and etcd logs, for failure messages."""
+        """The last lines of each component's log (Kueue, KubeRay, KWOK, kube-scheduler, kube-controller-manager,
+        kube-apiserver, etcd), for failure messages."""
         if self._workdir is None:
             return "(no work dir)"
         parts = []
-        for log in (self.kueue_log, self.controller_manager_log, self.apiserver_log, self.etcd_log):
+        for log in (self.kueue_log, self.kuberay_log, self.kwok_log, self.scheduler_log, self.controller_manager_log,
+                    self.apiserver_log, self.etcd_log):
             if log.exists():
                 parts.append(f"---- {log.name} (last {lines} lines)\n{_tail(log, lines)}")
         return "\n".join(parts) or "(no logs yet)"
@@ -441,8 +506,18 @@ class ControlPlane:
         return any(p.name == "kueue" and p.running() for p in self._procs)
 
     def pids(self) -> dict[str, int]:
-        """The process id of each child still running, by name (etcd, apiserver, controller-manager, kueue)."""
+        """The process id of each child still running, by name (etcd, apiserver, controller-manager, kueue, and
+        with gke scheduler, kwok, kuberay)."""
         return {p.name: p.popen.pid for p in self._procs if p.running()}
+
+    def usage(self) -> dict[str, ProcessUsage]:
+        """CPU seconds (user + system) and resident memory of each child still running, from /proc."""
+        out: dict[str, ProcessUsage] = {}
+        for name, pid in self.pids().items():
+            found = process_usage(pid)
+            if found is not None:
+                out[name] = found
+        return out
 
     # --- startup ------------------------------------------------------------------------------------------
 
@@ -483,6 +558,10 @@ class ControlPlane:
         with self._phase("controller_manager_start"):  # it gets ready while the CRDs go in
             self._write_kubeconfig()
             self._start_controller_manager(comps)
+            if self.gke is not None:
+                comps.require_gke()
+                self._start_scheduler(comps)
+                self._start_kwok(comps, self.gke)
         self.webhook_port, self.health_port = free_port(), free_port()
         base_url = f"https://127.0.0.1:{self.webhook_port}"
         ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
@@ -491,6 +570,8 @@ class ControlPlane:
         with self._phase("kueue_objects"):
             self._install_kueue_objects(comps, base_url, ca_bundle)
         with self._phase("kueue"):
+            if self.gke is not None:  # it needs the Ray CRDs; it gets ready while Kueue starts
+                self._start_kuberay(comps, self.gke)
             self._start_kueue(comps)
             self._wait(lambda: _http_ok(f"http://127.0.0.1:{self.health_port}/readyz"), self.timeout,
                        "Kueue /readyz")
@@ -501,12 +582,19 @@ class ControlPlane:
             self._wait(self._controller_manager_healthy, self.timeout, "kube-controller-manager /healthz")
             self._wait(lambda: self.client.get("v1", "ServiceAccount", "default", "default") is not None,
                        self.timeout, "the default ServiceAccount (kube-controller-manager's serviceaccount controller)")
+        if self.gke is not None:
+            with self._phase("gke_components"):
+                self._wait(lambda: _http_ok(f"https://127.0.0.1:{self.scheduler_port}/healthz", b"ok",
+                                            context=_insecure_context()), self.timeout, "kube-scheduler /healthz")
+                self._wait(lambda: _http_ok(f"http://127.0.0.1:{self.kuberay_health_port}/readyz"), self.timeout,
+                           "KubeRay operator /readyz")
 
-    def _spawn(self, name: str, argv: list[str]) -> _Process:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> _Process:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
+                                     cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent,
+                                     env=dict(env) if env is not None else None)
         proc = _Process(name, popen, log)
         self._procs.append(proc)
         return proc
@@ -619,7 +707,7 @@ class ControlPlane:
         self._spawn("controller-manager", [
             str(comps.kube_controller_manager),
             "--kubeconfig", str(self.kubeconfig),
-            "--controllers", ",".join(CONTROLLERS),
+            "--controllers", ",".join((*CONTROLLERS, *(GKE_CONTROLLERS if self.gke is not None else ()))),
             "--leader-elect=false",
             "--bind-address", "127.0.0.1",
             "--secure-port", str(self.controller_manager_port),
@@ -631,10 +719,58 @@ class ControlPlane:
 
     def _controller_manager_healthy(self) -> bool:
         # Its serving certificate is self-signed (in --cert-dir); /healthz needs no authentication.
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return _http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", b"ok", context=context)
+        return _http_ok(f"https://127.0.0.1:{self.controller_manager_port}/healthz", b"ok",
+                        context=_insecure_context())
+
+    def _start_scheduler(self, comps: Components) -> None:
+        """kube-scheduler with its default profile, no leader election, serving /healthz on 127.0.0.1."""
+        assert comps.kube_scheduler is not None
+        self.scheduler_port = free_port()
+        self._spawn("scheduler", [
+            str(comps.kube_scheduler),
+            "--kubeconfig", str(self.kubeconfig),
+            "--leader-elect=false",
+            "--bind-address", "127.0.0.1",
+            "--secure-port", str(self.scheduler_port),
+            "--cert-dir", str(self.workdir / "scheduler-certs"),
+        ])
+
+    def _start_kwok(self, comps: Components, gke: GkeOptions) -> None:
+        """The KWOK controller for the nodes annotated kwok.x-k8s.io/node=fake, with the given Stages only."""
+        assert comps.kwok is not None and comps.kwok_stages_dir is not None
+        stages = gke.kwok_stages
+        if stages is None:
+            from tests.e2e.gke_sim import kwok_stages
+
+            stages = kwok_stages(10.0, comps.kwok_stages_dir)
+        config = self.workdir / "kwok-stages.yaml"
+        config.write_text(yaml.safe_dump_all([dict(s) for s in stages], sort_keys=False))
+        self._spawn("kwok", [
+            str(comps.kwok),
+            "--kubeconfig", str(self.kubeconfig),
+            "--config", str(config),
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector", KWOK_NODE_SELECTOR,
+            "--cidr", KWOK_POD_CIDR,
+        ])
+
+    def _start_kuberay(self, comps: Components, gke: GkeOptions) -> None:
+        """The KubeRay operator (no webhooks, no leader election, metrics off), with HTTP_PROXY set to the fake
+        Ray dashboard if there is one (it reaches Ray head services by their cluster DNS names, which do not
+        resolve here)."""
+        assert comps.kuberay_operator is not None
+        self.kuberay_health_port = free_port()
+        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        if gke.ray_dashboard_proxy:
+            env.update(HTTP_PROXY=gke.ray_dashboard_proxy, http_proxy=gke.ray_dashboard_proxy,
+                       NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+        self._spawn("kuberay", [
+            str(comps.kuberay_operator),
+            "--metrics-addr", "0",
+            "--health-probe-bind-address", f"127.0.0.1:{self.kuberay_health_port}",
+            "--enable-leader-election=false",
+        ], env=env)
 
     def _apiserver_ready(self) -> bool:
         try:
@@ -719,6 +855,36 @@ class ControlPlane:
         except KubeError:
             return False
         return True
+
+
+def _insecure_context() -> ssl.SSLContext:
+    """For the self-signed serving certificates of kube-controller-manager and kube-scheduler (/healthz only)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    cpu_seconds: float  # user + system, since the process started
+    rss_bytes: int  # resident memory now
+    peak_rss_bytes: int  # the high-water mark (VmHWM)
+
+
+def process_usage(pid: int) -> ProcessUsage | None:
+    """CPU time and memory of a process from /proc (Linux), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15 of proc(5))
+    mem = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in status.splitlines()
+           if line.startswith(("VmRSS:", "VmHWM:"))}
+    return ProcessUsage(cpu, mem.get("VmRSS", 0), mem.get("VmHWM", 0))
 
 
 def _http_ok(url: str, expect: bytes | None = None, *, context: ssl.SSLContext | None = None) -> bool:

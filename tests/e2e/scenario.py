@@ -1,6 +1,7 @@
 """The tutorial's scenario on a real Kueue: objects from the offline plan, jobs submitted, Kueue's verdicts read.
 
-Shared by the end-to-end test (tests/e2e/test_fallback_e2e.py) and the benchmark (tools/benchmark.py).
+Shared by the end-to-end tests (tests/e2e/test_fallback_e2e.py, and tests/e2e/gke_scenarios.py for the simulated
+GKE) and the benchmarks (tests/e2e/benchmark.py, tests/e2e/benchmark_gke_sim.py).
 """
 
 from __future__ import annotations
@@ -41,9 +42,15 @@ def render_infra(case: Case) -> ProgramRun:
 
 def render_jobs(infra: ProgramRun, case: Case, count: int, name: str = "rayjob-tpu-v6e-dws") -> list[dict[str, Any]]:
     """The jobs dev stack's objects (ConfigMap, RayJobs) for `count` copies on the case's queue."""
+    return render_queue_jobs(infra, f"{case.namespace}/user-queue", count, name)
+
+
+def render_queue_jobs(infra: ProgramRun, queue: str, count: int, name: str = "rayjob-tpu-v6e-dws"
+                      ) -> list[dict[str, Any]]:
+    """The jobs dev stack's objects (ConfigMap, RayJobs) for `count` elastic copies on `queue` ("namespace/name"),
+    with the infra stack's outputs (any infra stack: they are handed over as the dev stack's reference)."""
     refs = {INFRA_STACK: {"outputs": copy.deepcopy(infra.outputs), "secretOutputNames": sorted(infra.secret_outputs)}}
-    jobs = [{"name": name, "count": count, "queue": f"{case.namespace}/user-queue",
-             "elastic": {"minReplicas": 1, "maxReplicas": 2}}]
+    jobs = [{"name": name, "count": count, "queue": queue, "elastic": {"minReplicas": 1, "maxReplicas": 2}}]
     run = run_program(REPO_ROOT / "jobs", "dev", {"jobs": jobs}, stack_references=refs)
     return run.kubernetes_objects()  # the ConfigMap, then <name>-1, <name>-2, ... as the tutorial submits them
 

@@ -1,0 +1,107 @@
+"""The simulated GKE's pure parts (no cluster): pools from the plan, machine sizes, matching, KWOK stages."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import gke_sim
+from tests.e2e.gke_scenarios import PROD, TUTORIAL, flavor_plans, flavors_spanning_pools
+
+
+def _dev_pools() -> tuple[gke_sim.NodePool, gke_sim.NodePool, gke_sim.NodePool]:
+    pools = {p.name: p for p in gke_sim.pools_from_plan(TUTORIAL.render())}
+    assert set(pools) == {"default-pool", "on-demand-pool", "dws-pool"}
+    return pools["default-pool"], pools["on-demand-pool"], pools["dws-pool"]
+
+
+def test_pools_of_the_dev_plan_with_gke_labels_taints_and_sizes() -> None:
+    system, plan_a, plan_b = _dev_pools()
+    assert (system.name, system.fixed_nodes, system.machine.name) == ("default-pool", 1, "n2-standard-16")
+    assert not system.tpu and system.node_taints() == []
+    assert (plan_a.name, plan_a.max_nodes, plan_a.hosts_per_slice, plan_a.queued) == ("on-demand-pool", 4, 4, False)
+    assert plan_a.node_labels()["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert plan_a.node_labels()["cloud.google.com/gke-tpu-topology"] == "4x4"
+    assert plan_a.node_labels()["tpu-fallback/plan"] == "on-demand"
+    assert plan_a.node_taints() == [gke_sim.TPU_TAINT]
+    assert (plan_b.name, plan_b.queued, plan_b.flex_start) == ("dws-pool", True, True)
+    assert plan_b.node_labels()["cloud.google.com/gke-queued"] == "true"
+    assert plan_b.node_taints() == [gke_sim.TPU_TAINT, gke_sim.QUEUED_TAINT]
+
+
+def test_allocatable_is_capacity_minus_gkes_reservations() -> None:
+    tpu_host = gke_sim.machine("ct6e-standard-4t").allocatable()
+    # 180 vCPU: 60m + 10m + 10m + 0.25 % of 176 = 520m reserved.
+    assert tpu_host["cpu"] == Decimal("179.48")
+    assert tpu_host["google.com/tpu"] == 4 and tpu_host["pods"] == 110
+    # 720 GiB: 1 + 0.8 + 0.8 + 6.72 + 11.84 = 21.16 GiB, plus the 100 MiB eviction threshold.
+    assert tpu_host["memory"] == Decimal(720 * 2**30) - Decimal("21.16") * 2**30 - 100 * 2**20
+    n2 = gke_sim.machine("n2-standard-16")
+    assert (n2.vcpus, n2.memory_gib, n2.tpu_chips) == (16, 64, 0)
+    with pytest.raises(ValueError, match="unknown machine type"):
+        gke_sim.machine("a3-megagpu-8g")
+
+
+def test_a_ray_worker_fits_plan_a_but_not_the_system_pool() -> None:
+    system, plan_a, plan_b = _dev_pools()
+    worker = {"metadata": {"name": "w"}, "spec": {
+        "nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-nodepool":
+                         "on-demand-pool"},
+        "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"resources": {"requests": {"cpu": "8", "memory": "16Gi", "google.com/tpu": "4"}}}]}}
+    request = gke_sim.pod_requests(worker)
+    assert gke_sim.fits(request, plan_a.machine.allocatable())
+    assert gke_sim.selector_matches(worker, plan_a.node_labels())
+    assert not gke_sim.untolerated(worker, plan_a.node_taints())
+    assert not gke_sim.selector_matches(worker, system.node_labels())
+    # Plan B's queued taint is not tolerated by this pod (the RayJob's workers do tolerate it).
+    assert gke_sim.untolerated(worker, plan_b.node_taints()) == [gke_sim.QUEUED_TAINT]
+
+
+def test_flavors_map_to_plans_and_none_spans_two_multi_host_pools() -> None:
+    infra = PROD.render()
+    pools = gke_sim.pools_from_plan(infra)
+    plans = flavor_plans(infra, pools)
+    assert plans["default-cpu"] == "system"
+    assert {plans[f] for f in plans if f.startswith("on-demand")} == {"on-demand"}
+    assert {plans[f] for f in plans if f.startswith("dws")} == {"flex-start"}
+    assert flavors_spanning_pools(infra, pools) == {}
+
+
+def test_kwok_stages_delay_only_job_pods_and_keep_the_per_pod_override(tmp_path: Path) -> None:
+    for name in gke_sim.KWOK_STAGES:
+        kind = "Node" if name.startswith("node") else "Pod"
+        (tmp_path / f"{name}.yaml").write_text(
+            f"apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata: {{name: {name}}}\n"
+            f"spec: {{resourceRef: {{apiGroup: v1, kind: {kind}}}, next: {{}}}}\n")
+    stages = {s["metadata"]["name"]: s for s in gke_sim.kwok_stages(2.5, tmp_path)}
+    assert set(stages) == set(gke_sim.KWOK_STAGES)
+    delay = stages["pod-complete"]["spec"]["delay"]
+    assert delay["durationMilliseconds"] == 2500
+    assert gke_sim.KWOK_COMPLETE_DELAY in delay["durationFrom"]["expressionFrom"]
+    assert "delay" not in stages["pod-ready"]["spec"]
+
+
+def test_a_rayjob_with_its_own_run_time() -> None:
+    rayjob = {"kind": "RayJob", "metadata": {"name": "j"}, "spec": {"rayClusterSpec": {"headGroupSpec": {
+        "template": {"spec": {"containers": [{"image": "rayproject/ray:2.53.0-py311"}]}}}}}}
+    out = gke_sim.with_run_time(rayjob, 12)
+    template = out["spec"]["submitterPodTemplate"]
+    assert template["metadata"]["annotations"] == {gke_sim.KWOK_COMPLETE_DELAY: "12000ms"}
+    assert template["spec"]["containers"][0]["image"] == "rayproject/ray:2.53.0-py311"
+    assert gke_sim.with_run_time({"kind": "ConfigMap", "metadata": {"name": "c"}}, 1) == {
+        "kind": "ConfigMap", "metadata": {"name": "c"}}
+
+
+def test_the_fake_dashboard_answers_only_ray_head_services() -> None:
+    dashboard = gke_sim.RayDashboard()
+    try:
+        assert dashboard.url.startswith("http://127.0.0.1:")
+        status, _ = dashboard.answer("GET", "http://example.com/api/jobs/x", "")
+        assert status == 404
+        status, _ = dashboard.answer("GET", "http://head-svc.default.svc.cluster.local:8265/api/jobs/", "")
+        assert status == 404  # not connected to a cluster yet
+    finally:
+        dashboard.close()
