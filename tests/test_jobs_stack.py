@@ -41,8 +41,10 @@ def rayjobs(run: ProgramRun) -> list[dict[str, Any]]:
 
 
 def without_env(obj: Any) -> Any:
-    """Drop the containers' env: the one addition to the tutorial (the script's ScalingConfig)."""
+    """Drop the two additions to the tutorial: the containers' env (the script's ScalingConfig) and the submitter
+    pod template (KubeRay's default one, pinned to the system pool; test_the_submitter_is_pinned...)."""
     obj = copy.deepcopy(obj)
+    obj["spec"].pop("submitterPodTemplate", None)
     for template in [obj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"],
                      *[g["template"] for g in obj["spec"]["rayClusterSpec"]["workerGroupSpecs"]]]:
         for container in template["spec"]["containers"]:
@@ -61,6 +63,20 @@ def test_dev_jobs_are_the_tutorials_rayjobs(dev_jobs: ProgramRun) -> None:
         assert job["metadata"]["namespace"] == "default"
         assert without_env(job) == tutorial
         assert "suspend" not in job["spec"]
+
+
+def test_the_submitter_is_kuberays_default_pinned_to_the_system_pool(dev_jobs: ProgramRun) -> None:
+    for job in rayjobs(dev_jobs):
+        template = job["spec"]["submitterPodTemplate"]["spec"]
+        assert template["nodeSelector"] == {"cloud.google.com/gke-nodepool": "default-pool"}
+        (container,) = template["containers"]
+        # KubeRay v1.6.2 GetDefaultSubmitterContainer: the head's image, 500m/200Mi requested, 1/1Gi limits;
+        # Kueue counts these requests against the system quota (capacity.RAY_JOB_OVERHEAD).
+        assert container["name"] == "ray-job-submitter"
+        assert container["image"] == job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"][
+            "containers"][0]["image"]
+        assert container["resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
+        assert "command" not in container  # KubeRay fills in `ray job submit`
 
 
 def test_script_configmap_holds_train_py(dev_jobs: ProgramRun) -> None:

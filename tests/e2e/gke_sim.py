@@ -1079,19 +1079,19 @@ def kwok_stages(job_run_real_seconds: float, stages_dir: Path | None = None) -> 
 
 
 def with_run_time(rayjob: Mapping[str, Any], real_seconds: float) -> dict[str, Any]:
-    """The RayJob with its own run time: a submitter pod template (KubeRay's default one, as Kueue copies it)
-    carrying KWOK's pod-complete delay annotation. Other objects come back unchanged."""
+    """The RayJob with its own run time: KWOK's pod-complete delay annotation on its submitter pod template (the
+    project's one, or KubeRay's default, as Kueue copies it, when the RayJob has none). Other objects come back
+    unchanged."""
     out = copy.deepcopy(dict(rayjob))
     if out.get("kind") != "RayJob":
         return out
     head = out["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    out["spec"]["submitterPodTemplate"] = {
-        "metadata": {"annotations": {KWOK_COMPLETE_DELAY: f"{max(1, int(real_seconds * 1000))}ms"}},
-        "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "ray-job-submitter", "image": head["image"],
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}},
-        }]},
-    }
+    template = out["spec"].setdefault("submitterPodTemplate", {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "ray-job-submitter", "image": head["image"],
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}},
+    }]}})
+    template.setdefault("metadata", {}).setdefault("annotations", {})[KWOK_COMPLETE_DELAY] = (
+        f"{max(1, int(real_seconds * 1000))}ms")
     return out
 
 

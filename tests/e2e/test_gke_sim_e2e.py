@@ -165,18 +165,13 @@ def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Bo
                                                                           ) -> None:
     """The prod stack: 8 jobs from two namespaces, 6 fit (2 on plan A, 4 on plan B capped at 4 slices), 2 wait.
 
-    May fail (xfail, not strict: it depends on timing; only on CpuPodSetOnTpuFlavorError) while the RayJobs leave
-    the submitter (or the head) unpinned: when the system flavor's quota is nearly full, Kueue gives that PodSet a
-    TPU plan's flavor, which it can never run on.
+    Every CPU PodSet (the Ray head, the submitter) is pinned to the system pool: unpinned, Kueue gives it a TPU
+    plan's flavor once the system quota is nearly full (seen here: the submitter on dws, its ProvisioningRequest
+    never provisioned, the job stuck).
     """
     infra = gs.PROD.render()
     system = next(p.name for p in pools_from_plan(infra) if not p.autoscaled)
-    unpinned = gs.unpinned_cpu_pod_sets(scenario.render_queue_jobs(infra, "ml-prod/prod-queue", 1, "probe"), system)
-    if unpinned:
-        request.applymarker(pytest.mark.xfail(strict=False, raises=gs.CpuPodSetOnTpuFlavorError, reason=(
-            f"{', '.join(unpinned)} not pinned to the system pool {system} by a nodeSelector: with the system quota "
-            "nearly full, Kueue may give it a TPU plan's flavor (cpu/memory quota there too) and the job never starts "
-            "(seen: the submitter on dws, its ProvisioningRequest never provisioned)")))
+    assert not gs.unpinned_cpu_pod_sets(scenario.render_queue_jobs(infra, "ml-prod/prod-queue", 1, "probe"), system)
     with box.cluster(gs.PROD, infra) as (client, sim, infra):
         out = gs.run_prod(client, sim, infra)
         report(out)

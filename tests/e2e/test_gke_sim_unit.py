@@ -95,6 +95,15 @@ def test_a_rayjob_with_its_own_run_time() -> None:
         "kind": "ConfigMap", "metadata": {"name": "c"}}
 
 
+def test_the_run_time_keeps_the_projects_submitter_template() -> None:
+    pinned = {"spec": {"nodeSelector": {"cloud.google.com/gke-nodepool": "default-pool"}, "containers": [{}]}}
+    rayjob = {"kind": "RayJob", "metadata": {"name": "j"}, "spec": {"submitterPodTemplate": pinned, "rayClusterSpec": {
+        "headGroupSpec": {"template": {"spec": {"containers": [{"image": "i"}]}}}}}}
+    template = gke_sim.with_run_time(rayjob, 1)["spec"]["submitterPodTemplate"]
+    assert template["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "default-pool"}
+    assert template["metadata"]["annotations"] == {gke_sim.KWOK_COMPLETE_DELAY: "1000ms"}
+
+
 def test_the_fake_dashboard_answers_only_ray_head_services() -> None:
     dashboard = gke_sim.RayDashboard()
     try:

@@ -50,6 +50,7 @@ def rayjob(planned: PlannedJob, copy_name: str, infra: InfraFacts) -> dict[str, 
     head_container["image"] = job.image
     head_container["resources"] = _resources(job.head_request)
     head_container["env"] = env  # the entrypoint (the Ray driver) runs on the head
+    spec["submitterPodTemplate"] = _submitter(job.image, infra.system_pool)
 
     group = spec["rayClusterSpec"]["workerGroupSpecs"][0]
     group["replicas"] = planned.replicas
@@ -69,6 +70,22 @@ def rayjob(planned: PlannedJob, copy_name: str, infra: InfraFacts) -> dict[str, 
         group["minReplicas"] = job.elastic.min_replicas
         group["maxReplicas"] = job.elastic.max_replicas
     return obj
+
+
+# KubeRay's default submitter container (ray-operator v1.6.2 controllers/ray/common/job.go,
+# GetDefaultSubmitterContainer): same name and resources; KubeRay fills in the `ray job submit` command.
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_RESOURCES = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "200Mi"}}
+
+
+def _submitter(image: str, system_pool: str) -> dict[str, Any]:
+    """The submitter Job's pod, pinned to the system pool like the head. Left to KubeRay's default (no
+    nodeSelector), Kueue gives its PodSet any flavor with cpu left, a TPU plan's included, once the system
+    quota is nearly full: the pod then waits for nodes it never gets (seen on the simulated GKE)."""
+    container = {"name": SUBMITTER_CONTAINER, "image": image,
+                 "resources": {k: dict(v) for k, v in SUBMITTER_RESOURCES.items()}}
+    return {"spec": {"nodeSelector": {NODEPOOL_LABEL: system_pool}, "restartPolicy": "Never",
+                     "containers": [container]}}
 
 
 def _resources(requests: Resources, tpu: int | None = None) -> dict[str, Any]:
