@@ -238,8 +238,8 @@ def test_metrics_turn_on_cluster_queue_resource_metrics_and_keep_the_integration
     assert config["metrics"] == {"bindAddress": ":8443", "enableClusterQueueResources": True}
     assert "ray.io/rayjob" in config["integrations"]["frameworks"]
     assert "featureGates" not in config  # gates stay on the command line
-    dev_release = infra("dev").of_type("kubernetes:helm.sh/v3:Release")[0]
-    assert "managerConfig" not in dev_release.inputs["values"]  # the tutorial: the chart's own config
+    plain = infra("dev", {"fallback": {"enabled": False}}).of_type("kubernetes:helm.sh/v3:Release")[0]
+    assert "managerConfig" not in plain.inputs["values"]  # the tutorial without fallback: the chart's own config
 
 
 def test_the_dashboard_charts_what_a_platform_team_watches() -> None:

@@ -15,6 +15,7 @@ from tpu_fallback.model.settings import parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 from tpu_fallback.render import kueue as manifests
+from tpu_fallback.render.files import load_template
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -97,8 +98,15 @@ def test_helm_release(dev: ProgramRun) -> None:
     assert release["name"] == "kueue" and release["namespace"] == "kueue-system"
     values = release["values"]
     assert values["controllerManager"]["featureGates"] == [{"name": "ElasticJobsViaWorkloadSlices", "enabled": True}]
-    # The RayJob integration stays enabled: the manager config (and its integrations list) is not overridden.
-    assert "managerConfig" not in values
+    # The fallback's waitForPodsReady is the one change to the chart's manager config; the file is replaced as a
+    # whole, so the chart's integrations (RayJob) must still be in it.
+    config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    ready = config.pop("waitForPodsReady")
+    assert config == load_template("kueue-manager-config.yaml")
+    assert "ray.io/rayjob" in config["integrations"]["frameworks"]
+    # Kueue evicts after stockoutAfter (10m) plus a margin, so the controller has tainted plan A by then.
+    assert 600 < int(ready["timeout"].rstrip("s")) <= 660
+    assert ready["blockAdmission"] is False and "backoffLimitCount" not in ready["requeuingStrategy"]
     assert values["controllerManager"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "default-pool"}
     assert release.get("skipAwait") is not True
 
@@ -117,9 +125,10 @@ def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRu
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][:2] == ["create", "--dry-run=server"]
     assert {"name": "KUEUE_VERSION", "value": "0.19.2"} in container["env"]
-    probe = yaml.safe_load(dev.one("kubernetes:core/v1:ConfigMap").inputs["data"]["flavor.yaml"])
+    gate_probe = dev.one("kubernetes:core/v1:ConfigMap", "tpu-cluster-kueue-gate-probe")
+    probe = yaml.safe_load(gate_probe.inputs["data"]["flavor.yaml"])
     assert probe["kind"] == "ResourceFlavor" and "generateName" in probe["metadata"]
-    role = dev.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole").inputs
+    role = dev.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "tpu-cluster-kueue-gate-role").inputs
     assert role["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]}]
     upgraded = infra("dev", {"kueue": {"version": "0.19.3"}}).one("kubernetes:batch/v1:Job").inputs
     assert upgraded["spec"]["template"] != job["spec"]["template"]  # a new template replaces the Job

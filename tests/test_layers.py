@@ -20,8 +20,10 @@ ALLOWED = {
     "offline": {"model"},
     "policy": {"model"},
     "training": set(),
+    # The controller ships to the cluster with model/quantity.py only (tests/test_fallback.py checks the set).
+    "fallback": {"model"},
 }
-PURE_LAYERS = ("model", "render", "training")
+PURE_LAYERS = ("model", "render", "training", "fallback")
 
 
 def imports(path: Path) -> set[str]:

@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from tpu_fallback.model.labels import NODEPOOL_LABEL
-from tpu_fallback.model.settings import KueueSettings
+from tpu_fallback.model.settings import FallbackSettings, KueueSettings
 from tpu_fallback.render.kueue import KUEUE_CHART, KUEUE_NAMESPACE, kueue_helm_values, readiness_probe_flavor
 
 DEFAULT_GATE_IMAGE = "registry.k8s.io/kubectl:v1.34.1"  # distroless kubectl, entrypoint kubectl
@@ -31,6 +31,7 @@ class KueueArgs:
     kueue: KueueSettings
     system_pool: str | None  # pin Kueue (and its gate) to this node pool; None on Autopilot
     gate_image: str = DEFAULT_GATE_IMAGE
+    fallback: FallbackSettings | None = None  # enabled: Kueue's waitForPodsReady for the fallback controller
 
 
 class Kueue(pulumi.ComponentResource):
@@ -61,7 +62,7 @@ class Kueue(pulumi.ComponentResource):
             chart=KUEUE_CHART,
             version=args.kueue.version,
             namespace=self.namespace.metadata["name"],
-            values=kueue_helm_values(args.kueue, args.system_pool),
+            values=kueue_helm_values(args.kueue, args.system_pool, args.fallback),
             # Wait for the controller's Deployment to be Ready (helm --wait); the gate covers the rest.
             skip_await=False,
             timeout=600,

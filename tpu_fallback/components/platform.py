@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.cluster import GkeCluster, GkeClusterArgs
 from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
+from tpu_fallback.components.fallback import FallbackController, FallbackControllerArgs
 from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
@@ -113,10 +114,16 @@ class TpuPlatform(pulumi.ComponentResource):
 
 def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOptions
                    ) -> tuple[Kueue, QueuePlan, FallbackQueues]:
-    """Kueue, its readiness gate, the fallback queues and (with kueue.podMonitoring) its metrics on one cluster."""
-    kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name), opts=on_cluster)
+    """Kueue, its readiness gate, the fallback queues, the fallback controller (with fallback.enabled) and (with
+    kueue.podMonitoring) Kueue's metrics on one cluster."""
+    fallback = settings.fallback if settings.fallback.enabled else None
+    kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name, fallback=fallback),
+                  opts=on_cluster)
     plan = queue_plan(settings)
     queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready), opts=on_cluster)
+    if fallback is not None:
+        FallbackController(f"{name}-fallback", FallbackControllerArgs(plan, fallback, settings.system_pool.name,
+                                                                      kueue.ready), opts=on_cluster)
     if settings.kueue.pod_monitoring:
         kueue_metrics(f"{name}-kueue-metrics", kueue, opts=on_cluster)
     return kueue, plan, queues

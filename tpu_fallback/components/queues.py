@@ -43,7 +43,10 @@ class FallbackQueues(pulumi.ComponentResource):
             return custom_resource(f"{name}-{logical}", obj, pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on]), replace))
 
-        flavors = [custom(f"flavor-{f.name}", render.resource_flavor(f), []) for f in plan.flavors]
+        # The fallback controller taints plan A's flavors on a stock-out (server-side apply, its own field
+        # manager); ignoring the field keeps a `pulumi up` after a `pulumi refresh` from taking the taint away.
+        flavors = [custom_resource(f"{name}-flavor-{f.name}", render.resource_flavor(f), pulumi.ResourceOptions(
+            parent=self, depends_on=[args.ready], ignore_changes=["spec.nodeTaints"])) for f in plan.flavors]
         checks: list[pulumi.Resource] = []
         if plan.provisioning_check and args.admission_checks is None:
             config = custom("dws-config", render.provisioning_request_config(plan), [])

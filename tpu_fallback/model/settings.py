@@ -63,6 +63,12 @@ _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]+$")
 _LABEL_KEY = re.compile(r"^(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
+_GO_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Google's distroless Python (Debian 12, Python 3.11, nonroot user), on gcr.io so private nodes reach it through
+# Private Google Access. The controller needs only the standard library; its source comes from a ConfigMap.
+DEFAULT_FALLBACK_IMAGE = "gcr.io/distroless/python3-debian12:nonroot"
+_IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+"
+                        r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,6 +112,25 @@ class KueueSettings:
     @property
     def elastic_jobs(self) -> bool:
         return dict(self.feature_gates).get("ElasticJobsViaWorkloadSlices", False)
+
+
+@dataclass(frozen=True)
+class FallbackSettings:
+    """Capacity-aware fallback (tpu_fallback/fallback): plan A -> plan B on a stock-out, and back. Seconds."""
+
+    enabled: bool = True
+    stockout_after: int = 600  # a job admitted to plan A whose pods have not started by then: plan A is stocked out
+    cool_down: int = 1800  # how long plan A stays closed to new jobs (unless a plan A node appears sooner)
+    requeue_backoff: int = 10  # Kueue's requeue delay after it evicts the stuck job (waitForPodsReady backoff base)
+    poll_interval: int = 5  # how often the controller reads the cluster
+    reverse_move: bool = True  # move a job waiting for DWS capacity to plan A when plan A has room and nodes
+    image: str = DEFAULT_FALLBACK_IMAGE
+
+    @property
+    def pods_ready_timeout(self) -> int:
+        """Kueue's waitForPodsReady timeout: stockoutAfter plus time for the controller to taint plan A first,
+        so the job Kueue evicts is requeued past plan A."""
+        return self.stockout_after + max(3 * self.poll_interval, 15)
 
 
 @dataclass(frozen=True)
@@ -201,6 +226,7 @@ class Settings:
     flex_start: FlexStartSettings = FlexStartSettings()
     kueue: KueueSettings = KueueSettings()
     queues: QueueSettings = QueueSettings()
+    fallback: FallbackSettings = FallbackSettings()
     deletion_protection: bool = True
     protect: bool = False
     enable_apis: bool = True  # enable the Google APIs the stack needs (never disabled on destroy)
@@ -228,7 +254,7 @@ class Settings:
 CONFIG_KEYS = (
     "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
     "deletionProtection", "protect", "enableApis", "secureBoot", "maintenance", "network", "multikueue",
-    "existingCluster", "kubeconfig", "allowUnlistedZone",
+    "existingCluster", "kubeconfig", "allowUnlistedZone", "fallback",
 )
 # What only a cluster this stack creates uses (config key -> Settings field): refused in existing-cluster mode
 # when set to anything but its default, rather than silently ignored. (The CLI hands over Pulumi.yaml's
@@ -299,6 +325,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     flex_start = _parse_flex_start(raw.get("flexStart"))
     kueue = _parse_kueue(raw.get("kueue"))
     queues = _parse_queues(raw.get("queues"))
+    fallback = _parse_fallback(raw.get("fallback"), kueue, on_demand.max_slices > 0 and flex_start.active)
 
     if on_demand.max_slices == 0 and not flex_start.active:
         why = "flexStart.maxSlices is 0 too" if flex_start.enabled else "flexStart.enabled is false"
@@ -349,6 +376,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         flex_start=flex_start,
         kueue=kueue,
         queues=queues,
+        fallback=fallback,
         deletion_protection=boolean("deletionProtection", raw.get("deletionProtection", True)),
         protect=boolean("protect", raw.get("protect", False)),
         enable_apis=boolean("enableApis", raw.get("enableApis", True)),
@@ -466,6 +494,49 @@ def _parse_kueue(value: Any) -> KueueSettings:
     return KueueSettings(version=version, feature_gates=tuple(gates),
                          pod_monitoring=boolean("kueue.podMonitoring", obj.get("podMonitoring", False)),
                          install=boolean("kueue.install", obj.get("install", True)))
+
+
+def duration(key: str, value: Any, minimum: int, maximum: int) -> int:
+    """A Go-style duration ("10m", "90s", "1h30m") as whole seconds, within [minimum, maximum]."""
+    match = _GO_DURATION.match(value) if isinstance(value, str) and value else None
+    if match is None:
+        raise fail(key, value, 'expected a duration such as "30s", "10m" or "1h30m"')
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if not minimum <= total <= maximum:
+        raise fail(key, value, f"must be between {minimum}s and {maximum}s")
+    return total
+
+
+def _parse_fallback(value: Any, kueue: KueueSettings, both_plans: bool) -> FallbackSettings:
+    obj = object_("fallback", value, ("enabled", "stockoutAfter", "coolDown", "requeueBackoff", "pollInterval",
+                                      "moveBack", "image"))
+    d = FallbackSettings()
+    # On by default where this stack installs Kueue (it must set Kueue's waitForPodsReady) and has both plans.
+    enabled = boolean("fallback.enabled", obj.get("enabled", kueue.install and both_plans))
+    if enabled and not kueue.install:
+        raise fail("fallback.enabled", True, "needs Kueue's waitForPodsReady, which only a Kueue this stack installs "
+                   "gets; with kueue.install false set fallback.enabled false (Kueue then falls back on quota only)")
+    if enabled and not both_plans:
+        raise fail("fallback.enabled", True, "needs both plans: onDemand.maxSlices >= 1 and flexStart enabled")
+    day = 24 * 3600
+    poll = duration("fallback.pollInterval", obj.get("pollInterval", f"{d.poll_interval}s"), 1, 60)
+    stockout_after = duration("fallback.stockoutAfter", obj.get("stockoutAfter", f"{d.stockout_after}s"), 10, day)
+    if stockout_after < 2 * poll:
+        raise fail("fallback.stockoutAfter", obj.get("stockoutAfter"), f"must be at least twice fallback.pollInterval "
+                   f"({poll}s)")
+    image = string("fallback.image", obj.get("image", d.image), _IMAGE_REF,
+                   "expected an image reference such as gcr.io/distroless/python3-debian12:nonroot (Python 3.11+)")
+    return FallbackSettings(
+        enabled=enabled,
+        stockout_after=stockout_after,
+        cool_down=duration("fallback.coolDown", obj.get("coolDown", f"{d.cool_down}s"), 0, 7 * day),
+        requeue_backoff=duration("fallback.requeueBackoff", obj.get("requeueBackoff", f"{d.requeue_backoff}s"), 1,
+                                 3600),
+        poll_interval=poll,
+        reverse_move=boolean("fallback.moveBack", obj.get("moveBack", d.reverse_move)),
+        image=image,
+    )
 
 
 def _parse_queues(value: Any) -> QueueSettings:
@@ -726,7 +797,7 @@ def _check_quotas(settings: Settings) -> None:
 
 
 _OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance", "network",
-                          "multikueue", "existingCluster"})
+                          "multikueue", "existingCluster", "fallback"})
 
 
 def decode_config(values: Mapping[str, str]) -> dict[str, Any]:

@@ -19,3 +19,16 @@ def load_template(name: str) -> Any:
 
 def training_script() -> str:
     return TRAINING_SCRIPT.read_text()
+
+
+# The fallback controller runs from these files, mounted from a ConfigMap into a stock Python image
+# (tpu_fallback/fallback/__init__.py); tests/test_fallback.py checks they import nothing else of the package.
+CONTROLLER_SOURCES = (
+    "__init__.py", "model/__init__.py", "model/quantity.py", "fallback/__init__.py", "fallback/__main__.py",
+    "fallback/controller.py", "fallback/decide.py", "fallback/kube.py",
+)
+
+
+def controller_sources() -> dict[str, str]:
+    """Path below tpu_fallback/ -> source text."""
+    return {path: (PACKAGE / path).read_text() for path in CONTROLLER_SOURCES}

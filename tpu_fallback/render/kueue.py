@@ -14,7 +14,7 @@ from tpu_fallback.model.capacity import FLEX_START
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
 from tpu_fallback.model.quantity import canonical_quantity
 from tpu_fallback.model.queues import COVERED_RESOURCES, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
-from tpu_fallback.model.settings import KueueSettings
+from tpu_fallback.model.settings import FallbackSettings, KueueSettings
 from tpu_fallback.render.files import load_template
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -28,24 +28,47 @@ DWS_CHECK, DWS_CONFIG = "dws-prov", "dws-config"
 # --------------------------------------------------------------------------------------------
 
 
-def kueue_helm_values(kueue: KueueSettings, system_pool: str | None) -> dict[str, Any]:
+def kueue_helm_values(kueue: KueueSettings, system_pool: str | None, fallback: FallbackSettings | None = None
+                      ) -> dict[str, Any]:
+    """The chart's values; `fallback` (when enabled) adds Kueue's waitForPodsReady to the manager config."""
     values: dict[str, Any] = load_template("kueue-values.yaml")
     manager = values.setdefault("controllerManager", {})
     manager["featureGates"] = [{"name": name, "enabled": enabled} for name, enabled in kueue.feature_gates]
     manager["nodeSelector"] = {NODEPOOL_LABEL: system_pool} if system_pool else {}
-    if kueue.pod_monitoring:
+    if kueue.pod_monitoring or (fallback is not None and fallback.enabled):
         values["managerConfig"] = {"controllerManagerConfigYaml": yaml.safe_dump(
-            kueue_manager_config(kueue), sort_keys=False)}
+            kueue_manager_config(kueue, fallback), sort_keys=False)}
     return values
 
 
-def kueue_manager_config(kueue: KueueSettings) -> dict[str, Any]:
+def wait_for_pods_ready(fallback: FallbackSettings) -> dict[str, Any]:
+    """Kueue's waitForPodsReady (config.kueue.x-k8s.io/v1beta2 WaitForPodsReady; present means on): a job admitted
+    to plan A whose pods never start is evicted and requeued. The fallback controller has tainted plan A by then,
+    so Kueue requeues it past plan A (tpu_fallback/fallback/decide.py).
+
+    - timeout: stockoutAfter plus a margin for the controller to see it first (FallbackSettings.pods_ready_timeout);
+    - blockAdmission false: other jobs keep being admitted while one waits for its pods;
+    - requeuingStrategy.timestamp Creation: a requeued job keeps its place in the queue (BestEffortFIFO);
+      backoffLimitCount left out: requeued without limit (a limit deactivates the job once reached);
+      backoffBaseSeconds: the first requeue after ~requeueBackoff, doubling (Kueue's default is 60 s).
+    """
+    return {
+        "timeout": f"{fallback.pods_ready_timeout}s",
+        "blockAdmission": False,
+        "requeuingStrategy": {"timestamp": "Creation", "backoffBaseSeconds": fallback.requeue_backoff,
+                              "backoffMaxSeconds": 3600},
+    }
+
+
+def kueue_manager_config(kueue: KueueSettings, fallback: FallbackSettings | None = None) -> dict[str, Any]:
     """Kueue's whole manager configuration: the chart's default (templates/kueue-manager-config.yaml, with its
     integrations, RayJob included) plus what this project turns on. The chart replaces the whole file, so it is
     never set partially. With metrics on: ClusterQueue resource metrics (quota use per flavor), off by default."""
     config: dict[str, Any] = load_template("kueue-manager-config.yaml")
     if kueue.pod_monitoring:
         config["metrics"]["enableClusterQueueResources"] = True
+    if fallback is not None and fallback.enabled:
+        config["waitForPodsReady"] = wait_for_pods_ready(fallback)
     return config
 
 

@@ -1,0 +1,42 @@
+"""FallbackController: the in-cluster controller that moves jobs from plan A to plan B on a stock-out.
+
+It changes only what Pulumi leaves alone: the taint on plan A's flavors (server-side apply under its own field
+manager; the flavor resources also ignore `spec.nodeTaints`) and Workloads (never Pulumi's). `pulumi destroy`
+removes it with everything else; the flavors it tainted go with the queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from tpu_fallback.components.custom_resource import kubernetes_object
+from tpu_fallback.model.queues import QueuePlan
+from tpu_fallback.model.settings import FallbackSettings
+from tpu_fallback.render import fallback as render
+
+
+@dataclass(frozen=True)
+class FallbackControllerArgs:
+    plan: QueuePlan
+    fallback: FallbackSettings
+    system_pool: str | None
+    ready: pulumi.Resource  # Kueue's readiness gate: the controller reads Kueue's objects from its first pass
+
+
+class FallbackController(pulumi.ComponentResource):
+    deployment: pulumi.CustomResource
+
+    def __init__(self, name: str, args: FallbackControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpu-fallback:fallback:FallbackController", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = kubernetes_object(f"{name}-account", render.service_account(), child)
+        role = kubernetes_object(f"{name}-role", render.cluster_role(args.plan), child)
+        binding = kubernetes_object(f"{name}-binding", render.cluster_role_binding(),
+                                    pulumi.ResourceOptions(parent=self, depends_on=[account, role]))
+        config = kubernetes_object(f"{name}-config", render.config_map(args.plan, args.fallback), child)
+        self.deployment = kubernetes_object(
+            f"{name}-deployment", render.deployment(args.plan, args.fallback, args.system_pool),
+            pulumi.ResourceOptions(parent=self, depends_on=[binding, config, args.ready]))
+        self.register_outputs({"name": render.NAME, "namespace": render.NAMESPACE})

@@ -1,0 +1,217 @@
+"""What the fallback controller does next, from one snapshot of the cluster. Pure Python, standard library only.
+
+Kueue falls back from plan A to plan B on *quota*; a stock-out (plan A's pool cannot get VMs) leaves a job
+admitted to plan A with pods that never start. Kueue's own `waitForPodsReady` evicts such a job and requeues it,
+but it then scans the flavors from the first again and re-admits it to plan A (Kueue 0.19.2,
+pkg/scheduler/flavorassigner starts at index 0 for a requeued workload). What Kueue lacks, this adds:
+
+- **close plan A**: a Workload admitted to a plan A flavor whose pods have not started `stockout_after` seconds
+  after admission (Kueue's own clock: the Admitted condition; PodsReady reason WaitForStart) means plan A has
+  no capacity. Every plan A ResourceFlavor gets a NoSchedule taint that no job tolerates; Kueue skips a flavor
+  with an untolerated taint (flavorassigner: "untolerated taint ... in flavor"), so the requeued job and every new
+  one go to plan B. Kueue's PodsReady timeout is set a little longer than `stockout_after` so the taint is
+  there before Kueue evicts and requeues the job.
+- **reopen plan A** after `cool_down` seconds, or sooner when a plan A pool shows a Ready node created after
+  the taint (a scale-up succeeded after all).
+- **move back** (optional): a Workload holding plan B quota whose DWS capacity has not arrived (not Admitted,
+  no ProvisioningRequest Provisioned) moves to plan A when plan A is open, a plan A flavor of its ClusterQueue
+  has the quota free, and that flavor's pool has a Ready node (capacity we can see). The move deactivates the
+  Workload and activates it again, so Kueue re-admits it from the first flavor; at most once per Workload.
+
+All state lives in cluster objects (the taints' values, the Workloads' annotations), so a restarted controller
+carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+# The Workload annotations of a move back to plan A: "moving" while it is deactivated, "moved" once done.
+MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
+MOVED_ANNOTATION = "tpu-fallback.dev/moved-to-plan-a"
+# MultiKueue's label on the copies a manager creates in a worker: the manager owns their spec.
+MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+
+
+@dataclass(frozen=True)
+class Config:
+    plan_a_flavors: tuple[str, ...]
+    plan_b_flavors: tuple[str, ...]
+    stockout_after: float  # seconds
+    cool_down: float  # seconds
+    taint_key: str = "tpu-fallback.dev/plan-a-stockout"
+    reverse_move: bool = True
+
+
+@dataclass(frozen=True)
+class Flavor:
+    name: str
+    node_labels: dict[str, str]
+    closed_since: float | None  # the value of our taint (unix seconds), None when untainted
+
+
+@dataclass(frozen=True)
+class Workload:
+    namespace: str
+    name: str
+    created: float
+    cluster_queue: str | None  # from status.admission; None without a quota reservation
+    tpu_flavor: str | None  # the flavor of the PodSet(s) using the TPU resource
+    usage: dict[str, Decimal]  # what the Workload holds on `tpu_flavor`, per resource
+    quota_reserved: bool = False
+    admitted_since: float | None = None  # Admitted condition's lastTransitionTime, when Admitted is True
+    pods_started: bool = False  # PodsReady was True at some point (reason other than WaitForStart)
+    capacity_arrived: bool = False  # every admission check Ready, or its ProvisioningRequest Provisioned
+    active: bool = True
+    finished: bool = False
+    multikueue_copy: bool = False
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Node:
+    labels: dict[str, str]
+    created: float
+    ready: bool
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    flavors: dict[str, Flavor]
+    workloads: tuple[Workload, ...]
+    nodes: tuple[Node, ...]
+    # ClusterQueue -> flavor -> resource -> nominal quota minus what is reserved.
+    free: dict[str, dict[str, dict[str, Decimal]]]
+
+
+# --- actions ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClosePlanA:
+    flavors: tuple[str, ...]
+    since: float
+    cause: str | None  # the Workload ("ns/name") whose pods did not start; None when completing a partial close
+    why: str
+
+
+@dataclass(frozen=True)
+class ReopenPlanA:
+    flavors: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Deactivate:
+    """First half of a move back to plan A: Kueue releases the plan B reservation (and its ProvisioningRequest)."""
+
+    namespace: str
+    name: str
+    target: str  # the plan A flavor with room for it
+    why: str
+
+
+@dataclass(frozen=True)
+class Reactivate:
+    """Second half: the Workload is queued again, with its place (creation time) kept; Kueue admits it to plan A."""
+
+    namespace: str
+    name: str
+    why: str
+
+
+Action = ClosePlanA | ReopenPlanA | Deactivate | Reactivate
+
+
+def decide(config: Config, snap: Snapshot) -> list[Action]:
+    actions: list[Action] = []
+    actions += _finish_moves(snap)
+    plan_a = [snap.flavors[n] for n in config.plan_a_flavors if n in snap.flavors]
+    closed = [f for f in plan_a if f.closed_since is not None]
+    if closed:
+        since = min(f.closed_since for f in closed if f.closed_since is not None)
+        reopen = _reopen_reason(config, snap, plan_a, since)
+        if reopen:
+            actions.append(ReopenPlanA(tuple(f.name for f in closed), reopen))
+        elif len(closed) < len(plan_a):  # a close cut short (a restart), or a flavor added since
+            actions.append(ClosePlanA(tuple(f.name for f in plan_a if f.closed_since is None), since, None,
+                                      "completing the close of plan A"))
+        return actions
+    stuck = _stuck_on_plan_a(config, snap)
+    if stuck is not None and plan_a:
+        waited = snap.now - (stuck.admitted_since or snap.now)
+        actions.append(ClosePlanA(
+            tuple(f.name for f in plan_a), snap.now, stuck.key,
+            f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and its pods have not started "
+            f"(stockoutAfter {config.stockout_after:.0f}s): plan A has no capacity; new and requeued jobs go to plan B "
+            f"for up to {config.cool_down:.0f}s"))
+        return actions
+    if config.reverse_move:
+        actions += _moves_back(config, snap, plan_a)
+    return actions
+
+
+def _finish_moves(snap: Snapshot) -> list[Action]:
+    """Reactivate the Workloads deactivated for a move once Kueue has released their reservation (also after a
+    restart of the controller between the two halves)."""
+    return [Reactivate(w.namespace, w.name, f"{w.key}: plan B reservation released; queued again for plan A")
+            for w in snap.workloads
+            if MOVING_ANNOTATION in w.annotations and not w.active and not w.quota_reserved and not w.finished]
+
+
+def _stuck_on_plan_a(config: Config, snap: Snapshot) -> Workload | None:
+    stuck = [w for w in snap.workloads
+             if w.tpu_flavor in config.plan_a_flavors and w.admitted_since is not None and not w.pods_started
+             and not w.finished and snap.now - w.admitted_since >= config.stockout_after]
+    return min(stuck, key=lambda w: (w.admitted_since or 0, w.key), default=None)
+
+
+def _pool_nodes(flavor: Flavor, nodes: tuple[Node, ...]) -> list[Node]:
+    """The nodes a flavor selects (all of its node labels match); none for a flavor without labels."""
+    if not flavor.node_labels:
+        return []
+    return [n for n in nodes if all(n.labels.get(k) == v for k, v in flavor.node_labels.items())]
+
+
+def _reopen_reason(config: Config, snap: Snapshot, plan_a: list[Flavor], since: float) -> str | None:
+    if snap.now - since >= config.cool_down:
+        return f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; plan A is offered again"
+    for flavor in plan_a:
+        fresh = [n for n in _pool_nodes(flavor, snap.nodes) if n.ready and n.created > since]
+        if fresh:
+            return f"a Ready node appeared in {flavor.name}'s pool after plan A closed: capacity is back"
+    return None
+
+
+def _moves_back(config: Config, snap: Snapshot, plan_a: list[Flavor]) -> list[Action]:
+    free = {cq: {f: dict(r) for f, r in flavors.items()} for cq, flavors in snap.free.items()}
+    with_nodes = {f.name for f in plan_a if any(n.ready for n in _pool_nodes(f, snap.nodes))}
+    waiting = sorted((w for w in snap.workloads
+                      if w.tpu_flavor in config.plan_b_flavors and w.quota_reserved and w.active
+                      and w.admitted_since is None and not w.capacity_arrived and not w.finished
+                      and not w.multikueue_copy and w.cluster_queue is not None
+                      and MOVED_ANNOTATION not in w.annotations and MOVING_ANNOTATION not in w.annotations),
+                     key=lambda w: (w.created, w.key))
+    actions: list[Action] = []
+    for w in waiting:
+        room = free.get(w.cluster_queue or "", {})
+        target = next((f.name for f in plan_a if f.name in with_nodes and _fits(w.usage, room.get(f.name, {}))),
+                      None)
+        if target is None:
+            continue
+        for resource, amount in w.usage.items():
+            room[target][resource] -= amount
+        actions.append(Deactivate(w.namespace, w.name, target,
+                                  f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {target} has the quota "
+                                  "free and Ready nodes: moving it to plan A"))
+    return actions
+
+
+def _fits(usage: dict[str, Decimal], room: dict[str, Decimal]) -> bool:
+    return bool(usage) and all(room.get(resource, Decimal(0)) >= amount for resource, amount in usage.items())

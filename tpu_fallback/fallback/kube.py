@@ -1,0 +1,123 @@
+"""The few Kubernetes API calls the fallback controller makes, over HTTPS with the standard library only.
+
+In a pod it uses its ServiceAccount's projected token (re-read for every request: the kubelet rotates it) and the
+cluster CA; outside (tests, a laptop) a kubeconfig with a server, a CA and a token or client certificate.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+FIELD_MANAGER = "tpu-fallback-controller"
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class Kube:
+    def __init__(self, server: str, context: ssl.SSLContext, token: Callable[[], str | None],
+                 timeout: float = 30.0) -> None:
+        self.server = server.rstrip("/")
+        self._context = context
+        self._token = token
+        self._timeout = timeout
+
+    @classmethod
+    def in_cluster(cls) -> Kube:
+        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+        context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        token_file = SERVICE_ACCOUNT / "token"
+        return cls(f"https://{host}:{port}", context, lambda: token_file.read_text().strip())
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> Kube:
+        """The current context of a kubeconfig (JSON, or YAML when PyYAML is installed). No exec plugins."""
+        text = path.read_text()
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError:
+            import yaml  # only outside the cluster; the image has no PyYAML and needs none
+
+            config = yaml.safe_load(text)
+        context_name = config["current-context"]
+        context = _named(config, "contexts", context_name)["context"]
+        cluster = _named(config, "clusters", context["cluster"])["cluster"]
+        user = _named(config, "users", context["user"]).get("user") or {}
+        ssl_context = ssl.create_default_context(
+            cafile=_file(cluster, "certificate-authority"),
+        )
+        cert = _file(user, "client-certificate")
+        if cert:
+            ssl_context.load_cert_chain(cert, _file(user, "client-key"))
+        token = user.get("token")
+        return cls(cluster["server"], ssl_context, lambda: token)
+
+    # --- calls -----------------------------------------------------------------------------------------------
+
+    def get(self, path: str) -> Any:
+        return self._call("GET", path)
+
+    def list(self, path: str) -> list[Any]:
+        return list(self._call("GET", path).get("items") or [])
+
+    def create(self, path: str, obj: Mapping[str, Any]) -> Any:
+        return self._call("POST", path, obj, "application/json")
+
+    def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
+        return self._call("PATCH", path, patch, "application/merge-patch+json")
+
+    def apply(self, path: str, obj: Mapping[str, Any]) -> Any:
+        """Server-side apply as this controller's field manager: it owns only the fields it sends, so a
+        `pulumi up` (another manager) neither removes them nor conflicts with them."""
+        query = urllib.parse.urlencode({"fieldManager": FIELD_MANAGER, "force": "true"})
+        return self._call("PATCH", f"{path}?{query}", obj, "application/apply-patch+yaml")
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+              content_type: str | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        token = self._token()
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout, context=self._context) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            raise KubeError(err.code, method, path, err.read().decode(errors="replace")) from None
+
+
+def _named(config: Mapping[str, Any], section: str, name: str) -> Mapping[str, Any]:
+    for entry in config.get(section) or []:
+        if entry.get("name") == name:
+            return entry  # type: ignore[no-any-return]
+    raise KeyError(f"kubeconfig has no {section[:-1]} named {name!r}")
+
+
+def _file(section: Mapping[str, Any], key: str) -> str | None:
+    """A kubeconfig file reference (`key`) or inline data (`key-data`, base64) as a path."""
+    if section.get(key):
+        return str(section[key])
+    data = section.get(f"{key}-data")
+    if not data:
+        return None
+    handle = tempfile.NamedTemporaryFile(prefix="kubeconfig-", delete=False)  # noqa: SIM115 - kept for ssl
+    with handle:
+        handle.write(base64.b64decode(data))
+    return handle.name
