@@ -168,7 +168,9 @@ def test_prod_and_global_cost() -> None:
     expected = 4 * fee + sum(price("machines", "n2-standard-16", region=r) or Decimal(0) for r in workers)
     assert idle == expected
     assert costs[0].idle.missing  # the Autopilot manager's pods have no verified price
-    assert sum((c.plans["on-demand"].value for c in costs[1:]), Decimal(0)) == 3 * 16 * chip
+    for worker in costs[1:]:  # v6e is priced per region: each worker's 16 on-demand chips at its region's price
+        regional = price("tpu", "v6e", "onDemand", region=worker.cluster.region)
+        assert regional is not None and worker.plans["on-demand"].value == 16 * regional
 
 
 def test_a_price_file_overrides_the_table(tmp_path: Path) -> None:
