@@ -304,3 +304,27 @@ def test_fallback_is_off_by_default_with_the_clusters_own_kueue_and_refused_on()
     assert settings(None, **existing).enabled is False
     with pytest.raises(ConfigError, match="needs Kueue's waitForPodsReady"):
         settings({"enabled": True}, **existing)
+
+
+def test_a_failed_pass_is_counted_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.kube import KubeError
+
+    stop = threading.Event()
+    errors = [KubeError(429, "GET", "/apis", "storage is (re)initializing"), KubeError(403, "GET", "/apis", "no")]
+
+    class Failing(Controller):
+        def reconcile(self, now: float | None = None) -> list[d.Action]:
+            if errors:
+                raise errors.pop(0)
+            stop.set()
+            return []
+
+    controller = Failing(None, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+    controller.run(stop)
+    assert controller.metrics.values["tpu_fallback_reconcile_errors_total"] == 2
+    busy, denied = (r for r in caplog.records if "reconcile" in r.getMessage())
+    assert busy.levelname == "WARNING" and busy.exc_info is None  # a busy API server: one line
+    assert denied.levelname == "ERROR" and denied.exc_info is not None  # anything else: the traceback

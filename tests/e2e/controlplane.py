@@ -346,6 +346,9 @@ class ControlPlane:
 
     `crd_dirs`: where the CRDs come from; None means $TPU_FALLBACK_CRDS if set, else the directories
     build_components.sh lists in bin.env (KUEUE_CRD_DIR, KUBERAY_CRD_DIR, PROVREQ_CRD_DIR).
+    `wait_for_pods_ready`: the Configuration's `waitForPodsReady` block (timeout, blockAdmission,
+    requeuingStrategy, ...), e.g. the one a stack's offline plan puts in Kueue's Helm values
+    (tests/e2e/fallback_scenarios.py, `kueue_wait_for_pods_ready`); None: Kueue runs without it.
 
     Attributes after start: `client` (KubeClient with the admin token), `workdir`, `kueue_log`, `server`,
     `ca_file`, `token`, `kubeconfig`, `kueue_config`, `components`, `crd_dirs`, `controller_manager_port`, and
@@ -362,7 +365,9 @@ class ControlPlane:
         keep: bool | None = None,
         timeout: float = 120.0,
         gke: bool | GkeOptions = False,
+        wait_for_pods_ready: Mapping[str, Any] | None = None,
     ) -> None:
+        self.wait_for_pods_ready = copy.deepcopy(dict(wait_for_pods_ready)) if wait_for_pods_ready else None
         self.gke: GkeOptions | None = (GkeOptions() if gke is True else gke) if gke else None
         self._crd_dirs_arg = list(crd_dirs) if crd_dirs is not None else None
         self.crd_dirs: list[Path] = []  # resolved at start
@@ -827,7 +832,7 @@ class ControlPlane:
 
     def kueue_configuration(self) -> dict[str, Any]:
         """The Configuration file Kueue runs with (gates in the file: Kueue refuses them in both places)."""
-        return {
+        config: dict[str, Any] = {
             "apiVersion": KUEUE_CONFIG_API,
             "kind": "Configuration",
             "namespace": KUEUE_NAMESPACE,
@@ -842,6 +847,9 @@ class ControlPlane:
             "integrations": {"frameworks": list(self.frameworks)},
             "featureGates": dict(self.feature_gates),
         }
+        if self.wait_for_pods_ready is not None:
+            config["waitForPodsReady"] = copy.deepcopy(self.wait_for_pods_ready)
+        return config
 
     def _start_kueue(self, comps: Components) -> None:
         self._spawn("kueue", [

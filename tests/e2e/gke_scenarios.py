@@ -535,7 +535,9 @@ def run_prod(client: KubeClient, sim: GkeSim, infra: ProgramRun, per_namespace: 
     return Outcome(watch, facts)
 
 
-STOCKOUT = Stack("dev")
+# The tutorial's setup, without the stock-out fallback (issue 13; fallback_scenarios.py runs it with the fallback on):
+# the baseline of what a stock-out does to a Kueue that falls back on quota only.
+STOCKOUT = Stack("dev", {"fallback": {"enabled": False}})
 PLAN_A_POOL = "on-demand-pool"
 
 

@@ -210,10 +210,11 @@ def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Bo
     assert out.facts["queue_idle"]
 
 
-# What a stock-out of plan A does today: Kueue admitted the job on plan A's *quota*, the autoscaler cannot get the
-# VMs, and the job waits there while plan B stays idle (Kueue falls back on quota, not on a stock-out). A fix that
-# moves such a job to plan B (e.g. a ProvisioningRequest check on plan A too, or WaitForPodsReady with requeueing)
-# flips this to True, and the test then asserts the fallback.
+# What a stock-out of plan A does with the tutorial's setup (gs.STOCKOUT: fallback off; this module's Kueue runs
+# without waitForPodsReady): Kueue admitted the job on plan A's *quota*, the autoscaler cannot get the VMs, and the
+# job waits there while plan B stays idle (Kueue falls back on quota, not on a stock-out). The project's fallback
+# (waitForPodsReady plus the fallback controller) is tested in test_stockout_fallback_e2e.py; this stays the
+# baseline. Running this scenario with the fallback on would flip this to True, and the test would assert it.
 STOCKOUT_FALLS_BACK_TO_PLAN_B = False
 
 

@@ -249,6 +249,12 @@ class Controller:
         while not stop.is_set():
             try:
                 self.reconcile()
+            except KubeError as err:
+                self.metrics.add("tpu_fallback_reconcile_errors_total")
+                if err.status == 429 or err.status >= 500:  # the API server is busy or starting: one line will do
+                    log.warning("reconcile skipped (%s); retrying in %ss", err, self.settings.poll_seconds)
+                else:
+                    log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)
             except Exception:  # the loop outlives any one failed pass; the next pass starts from the cluster
                 self.metrics.add("tpu_fallback_reconcile_errors_total")
                 log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)

@@ -1,0 +1,879 @@
+"""Issue 13 on the simulated GKE: fall back on a real stock-out, not only on quota.
+
+Kueue falls back from plan A (the on-demand flavor) to plan B (dws) when plan A's *quota* is used up. A stock-out
+(plan A's pool cannot get VMs) leaves the job admitted on plan A with pods that never start. The project's answer
+is Kueue's own `waitForPodsReady` (evict and requeue a job whose pods have not started) plus the fallback
+controller (`python -m tpu_fallback.fallback`), which taints plan A's ResourceFlavors during a stock-out so the
+requeued job and new ones go to plan B, reopens plan A after a cool-down, and moves a job still waiting for DWS
+capacity back to plan A once plan A has room.
+
+This module runs that on the simulated GKE (gke_sim.py) with what the stack's offline plan ships:
+
+- Kueue runs with the `waitForPodsReady` block of the plan's Kueue Helm values (`kueue_wait_for_pods_ready`,
+  passed to `ControlPlane(wait_for_pods_ready=...)`), so its timeout and requeuing are the project's.
+- The controller runs as a subprocess against the control plane's kubeconfig (`Controller`: start, stop with
+  SIGTERM, kill with SIGKILL, restart), with the `config.json` of the plan's ConfigMap
+  `kueue-system/tpu-fallback-controller` (`controller_config`).
+- `FallbackWatch` (a gke_scenarios.Watch) also follows every Workload of each RayJob (how many, which flavors they
+  reserved, their evictions), the taints on the ResourceFlavors over time, and the submitter pods that succeeded.
+
+The scenarios (`run_*`) return a gke_scenarios.Outcome; tests/e2e/test_stockout_fallback_e2e.py asserts on it,
+tests/e2e/benchmark_fallback.py prints figures. Kueue, KubeRay and the controller run in real time, so the
+controller's times (stockoutAfter, coolDown, ...) are real seconds: the stack overrides below keep them short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tests.e2e import gke_scenarios as gs
+from tests.e2e import scenario
+from tests.e2e.gke_sim import GkeSim, Timings, pools_from_plan, simulated_gke, with_run_time
+from tests.e2e.kube import KubeClient
+from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun
+
+T = TypeVar("T")
+KUEUE_API = scenario.KUEUE_API
+HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
+CONTROLLER_NAMESPACE = "kueue-system"
+CONTROLLER_CONFIGMAP = "tpu-fallback-controller"
+CONTROLLER_NAME = "tpu-fallback-controller"  # its ServiceAccount, ClusterRole and binding too
+CONTROLLER_CONFIG_KEY = "config.json"
+# The controller's Events and annotations (tpu_fallback/fallback).
+STOCKOUT_EVENT = "PlanAStockOut"
+REOPENED_EVENT = "PlanAReopened"
+MOVED_EVENT = "MovedToPlanA"
+FALLBACK_EVENTS = (STOCKOUT_EVENT, REOPENED_EVENT, MOVED_EVENT)
+MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
+DEFAULT_TAINT_KEY = "tpu-fallback.dev/plan-a-stockout"
+PLAN_A_POOL = gs.PLAN_A_POOL  # on-demand-pool (dev stack)
+PLAN_B_POOL = gs.PLAN_B_POOL  # dws-pool
+
+# Real seconds (Kueue and the controller run on the wall clock). stockoutAfter must stay above what a healthy
+# plan A start takes here (a 1.8 s scale-up, then KubeRay creating the pods: seconds on a loaded machine), since
+# Kueue's PodsReady timeout applies to every admitted job.
+FALLBACK_SETTINGS: Mapping[str, Any] = {"enabled": True, "stockoutAfter": "15s", "coolDown": "45s",
+                                        "pollInterval": "1s", "requeueBackoff": "1s"}
+FALLBACK = gs.Stack("dev", {"fallback": dict(FALLBACK_SETTINGS)})
+NO_FALLBACK = gs.Stack("dev", {"fallback": {"enabled": False}})  # the tutorial's setup
+# gke_scenarios' timings, but idle nodes stay 6 s real (GKE: 10 min) so the controller, polling every second, sees
+# plan A's Ready nodes after a job there finished (a move back needs capacity it can see).
+TIMINGS = replace(gs.TIMINGS, scale_down_unneeded=600)
+# What the bounds allow on top of the configured times: Kueue's admission, KubeRay creating the RayCluster and its
+# pods after the unsuspend (its requeues are 3 s), the sim's and the watch's polls. Real seconds.
+CONTROLLER_LATENCY = 15.0
+
+
+# --- what the plan ships -----------------------------------------------------------------------------------------
+
+
+def controller_config(infra: ProgramRun) -> dict[str, Any]:
+    """The controller's configuration: `config.json` of the ConfigMap kueue-system/tpu-fallback-controller."""
+    for obj in infra.kubernetes_objects():
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "ConfigMap" and meta.get("name") == CONTROLLER_CONFIGMAP and meta.get(
+                "namespace") == CONTROLLER_NAMESPACE:
+            config: dict[str, Any] = json.loads(obj["data"][CONTROLLER_CONFIG_KEY])
+            return config
+    raise LookupError(f"the plan of {infra.project}/{infra.stack} has no ConfigMap {CONTROLLER_NAMESPACE}/"
+                      f"{CONTROLLER_CONFIGMAP} (is the fallback on?)")
+
+
+def kueue_manager_config(infra: ProgramRun) -> dict[str, Any] | None:
+    """Kueue's Configuration as the plan's Helm release sets it (managerConfig.controllerManagerConfigYaml), or
+    None when the release leaves the chart's default."""
+    (release,) = infra.of_type(HELM_RELEASE_TYPE)
+    raw = ((release.inputs.get("values") or {}).get("managerConfig") or {}).get("controllerManagerConfigYaml")
+    if not raw:
+        return None
+    config: dict[str, Any] = yaml.safe_load(raw)
+    return config
+
+
+def kueue_wait_for_pods_ready(infra: ProgramRun) -> dict[str, Any] | None:
+    """The `waitForPodsReady` block of the plan's Kueue Configuration (None without one)."""
+    block = (kueue_manager_config(infra) or {}).get("waitForPodsReady")
+    return copy.deepcopy(block) if block else None
+
+
+def parse_duration(value: str | float | int) -> float:
+    """A Go duration ("1m30s", "45s", "1.5h", "300ms") or a number of seconds, in seconds."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    total, number, text = 0.0, "", value.strip()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = next((u for u in ("ms", "us", "µs", "ns", "h", "m", "s") if text.startswith(u, i)), None)
+        if unit is None or not number:
+            raise ValueError(f"not a Go duration: {value!r}")
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        if total == 0:
+            return float(number)
+        raise ValueError(f"not a Go duration: {value!r}")
+    return total
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The fallback's times in real seconds, from the controller's config and Kueue's waitForPodsReady."""
+
+    stockout_after: float
+    cool_down: float
+    poll: float
+    pods_ready_timeout: float
+    backoff_base: float
+    dws_provision: float  # the sim's provisioning delay, real seconds
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], wait_for_pods_ready: Mapping[str, Any], sim_timings: Timings,
+           real_per_sim: float) -> Bounds:
+        strategy = wait_for_pods_ready.get("requeuingStrategy") or {}
+        return cls(
+            stockout_after=float(config["stockoutAfterSeconds"]),
+            cool_down=float(config["coolDownSeconds"]),
+            poll=float(config["pollSeconds"]),
+            pods_ready_timeout=parse_duration(wait_for_pods_ready["timeout"]),
+            backoff_base=float(strategy.get("backoffBaseSeconds", 60)),  # Kueue's default
+            dws_provision=sim_timings.dws_provision * real_per_sim,
+        )
+
+    @property
+    def grace(self) -> float:
+        """How much later than the controller's stock-out verdict Kueue evicts (PodsReady timeout - stockoutAfter)."""
+        return self.pods_ready_timeout - self.stockout_after
+
+    def to_plan_b(self) -> float:
+        """Submission of a job stuck on plan A to all its pods Running on plan B: Kueue's PodsReady timeout (the
+        controller taints plan A at stockoutAfter, before it), the first requeue backoff, DWS provisioning and
+        the controllers' latency."""
+        return self.pods_ready_timeout + self.backoff_base + self.dws_provision + self.poll + CONTROLLER_LATENCY
+
+    def describe(self) -> str:
+        return (f"stockoutAfter {self.stockout_after:g} s + grace {self.grace:g} s (PodsReady timeout "
+                f"{self.pods_ready_timeout:g} s) + requeue backoff {self.backoff_base:g} s + DWS "
+                f"{self.dws_provision:g} s + poll {self.poll:g} s + latency {CONTROLLER_LATENCY:g} s = "
+                f"{self.to_plan_b():g} s")
+
+
+# --- the controller as a process ---------------------------------------------------------------------------------
+
+
+class ControllerExitedError(AssertionError):
+    """The fallback controller exited while the scenario expected it to run."""
+
+
+class Controller:
+    """`python -m tpu_fallback.fallback --config <file> --kubeconfig <file>` as a subprocess, its output (stdout
+    and stderr) in `<workdir>/<name>.log` (each start appends a marker line).
+
+    The config is the plan's, except `metricsPort`: a free port of 127.0.0.1 instead of the pod's 9090 (the
+    process runs on the test machine, where 9090 may be taken); `metrics()` reads its /metrics there."""
+
+    def __init__(self, config: Mapping[str, Any], kubeconfig: Path, workdir: Path,
+                 python: str = sys.executable, name: str = "fallback-controller") -> None:
+        self.config = dict(config)
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+        self.python = python
+        self.config_file = workdir / f"{name}-config.json"
+        self.log = workdir / f"{name}.log"
+        self._popen: subprocess.Popen[bytes] | None = None
+        self.starts: list[float] = []  # time.monotonic() of each start
+        self.exits: list[int] = []  # return code of each stop or kill
+        self.metrics_port: int | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", "tpu_fallback.fallback", "--config", str(self.config_file),
+                "--kubeconfig", str(self.kubeconfig)]
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    def start(self) -> None:
+        if self.running():
+            raise RuntimeError("the fallback controller is already running")
+        config = dict(self.config)
+        if config.get("metricsPort"):
+            from tests.e2e.controlplane import free_port
+
+            self.metrics_port = config["metricsPort"] = free_port()
+        self.config_file.write_text(json.dumps(config, indent=2))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.log.open("ab") as out:
+            out.write(f"---- start {len(self.starts) + 1} at {time.strftime('%H:%M:%S')}: "
+                      f"{' '.join(self.argv)}\n".encode())
+            out.flush()
+            self._popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                           cwd=REPO_ROOT, env=env, start_new_session=True,
+                                           preexec_fn=_die_with_parent)
+        self.starts.append(time.monotonic())
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def check(self) -> None:
+        """Raise ControllerExitedError (with the log's tail) if it was started and has exited on its own."""
+        if self._popen is not None and self._popen.poll() is not None:
+            code = self._popen.returncode
+            self._popen = None
+            self.exits.append(code)
+            raise ControllerExitedError(f"the fallback controller exited with {code}:\n{self.tail()}")
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `grace` seconds; the return code (None if it was not running)."""
+        return self._end(signal.SIGTERM, grace)
+
+    def kill(self) -> int | None:
+        """SIGKILL at once: a crash, or the pod deleted without a grace period."""
+        return self._end(signal.SIGKILL, 10.0)
+
+    def restart(self, *, kill: bool = True) -> None:
+        (self.kill if kill else self.stop)()
+        self.start()
+
+    def _end(self, sig: signal.Signals, grace: float) -> int | None:
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return None
+        if popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                popen.send_signal(sig)
+            try:
+                popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.kill()
+                popen.wait()
+        self.exits.append(popen.returncode)
+        return popen.returncode
+
+    def metrics(self) -> dict[str, float]:
+        """The controller's /metrics (Prometheus text) as name -> value; {} if it does not answer."""
+        if self.metrics_port is None:
+            return {}
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and " " in line:
+                name, _, value = line.rpartition(" ")
+                with contextlib.suppress(ValueError):
+                    out[name] = float(value)
+        return out
+
+    def lines(self) -> list[str]:
+        try:
+            return self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+
+    def tail(self, count: int = 40) -> str:
+        return "\n".join(self.lines()[-count:]) or "(no output)"
+
+    def __enter__(self) -> Controller:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    from tests.e2e.controlplane import _die_with_parent as die
+
+    die()
+
+
+# --- following Workloads, taints and events ----------------------------------------------------------------------
+
+
+@dataclass
+class WorkloadTrack:
+    """Everything seen of the Workloads of one RayJob."""
+
+    uids: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+    reservations: list[tuple[float, str]] = field(default_factory=list)  # (time, TPU flavor) at each change
+    evictions: dict[str, int] = field(default_factory=dict)  # reason -> count (status.schedulingStats)
+    deactivated_at: float | None = None  # first seen with spec.active false
+    annotations: dict[str, str] = field(default_factory=dict)
+    last: dict[str, Any] = field(default_factory=dict)  # the Workload at the last poll
+    succeeded_submitters: set[str] = field(default_factory=set)  # submitter pods seen Succeeded
+    released: bool = False  # no quota reserved at the last poll
+    releases: list[float] = field(default_factory=list)  # times a reservation was seen gone (eviction, deactivation)
+
+    def flavors_reserved(self) -> list[str]:
+        return [flavor for _t, flavor in self.reservations]
+
+
+class FallbackWatch(gs.Watch):
+    """gke_scenarios.Watch plus the Workloads of each job, the plan A flavors' taints over time and the controller
+    (its exit fails the wait at once; a timeout's message has its log)."""
+
+    def __init__(self, client: KubeClient, sim: GkeSim, controller: Controller, config: Mapping[str, Any]) -> None:
+        super().__init__(client, sim)
+        self.controller = controller
+        # Without the fallback (no config): the dev stack's flavors, and the taint the controller would set.
+        self.plan_a = tuple(config.get("planAFlavors", ("on-demand",)))
+        self.plan_b = tuple(config.get("planBFlavors", ("dws",)))
+        self.taint_key = str(config.get("taintKey", DEFAULT_TAINT_KEY))
+        self.tracks: dict[str, WorkloadTrack] = {}
+        # flavor -> [(time, taint value or None)] at each change, starting with the first poll's state.
+        self.taints: dict[str, list[tuple[float, str | None]]] = {}
+
+    def track(self, record: gs.JobRecord) -> WorkloadTrack:
+        return self.tracks.setdefault(record.key, WorkloadTrack())
+
+    def poll(self) -> None:
+        super().poll()
+        now = self.now()
+        for flavor in self.client.list(KUEUE_API, "ResourceFlavor"):
+            name = flavor["metadata"]["name"]
+            value = next((str(t.get("value", "")) for t in (flavor.get("spec") or {}).get("nodeTaints") or []
+                          if t.get("key") == self.taint_key), None)
+            history = self.taints.setdefault(name, [])
+            if not history or history[-1][1] != value:
+                history.append((now, value))
+        for namespace in sorted({r.namespace for r in self.jobs.values()}):
+            self._poll_workloads(namespace, now)
+
+    def _poll_workloads(self, namespace: str, now: float) -> None:
+        owned: dict[str, list[dict[str, Any]]] = {}
+        for wl in self.client.list(KUEUE_API, "Workload", namespace):
+            for owner in wl["metadata"].get("ownerReferences", []):
+                if owner["kind"] == "RayJob":
+                    owned.setdefault(owner["name"], []).append(wl)
+        submitters: dict[str, set[str]] = {}
+        for pod in self.client.list("v1", "Pod", namespace):
+            job = (pod["metadata"].get("labels") or {}).get("job-name")
+            if job and (pod.get("status") or {}).get("phase") == "Succeeded":
+                submitters.setdefault(job, set()).add(pod["metadata"]["name"])
+        for record in [r for r in self.jobs.values() if r.namespace == namespace]:
+            track = self.track(record)
+            track.succeeded_submitters |= submitters.get(record.name, set())
+            for wl in owned.get(record.name, []):
+                meta = wl["metadata"]
+                track.uids.add(meta["uid"])
+                track.names.add(meta["name"])
+                track.last = wl
+                track.annotations = dict(meta.get("annotations") or {})
+                if wl["spec"].get("active") is False and track.deactivated_at is None:
+                    track.deactivated_at = now
+                stats = ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []
+                evictions: dict[str, int] = {}
+                for e in stats:  # one entry per reason and underlyingCause
+                    evictions[str(e.get("reason"))] = evictions.get(str(e.get("reason")), 0) + int(e.get("count", 0))
+                track.evictions = evictions
+                reserved = scenario.condition_status(wl, "QuotaReserved") == "True"
+                flavor = tpu_flavor(wl) if reserved else None
+                # A new reservation: another flavor, or the same one again after an eviction or a deactivation.
+                if flavor and (track.released or not track.reservations or track.reservations[-1][1] != flavor):
+                    track.reservations.append((now, flavor))
+                if track.reservations and not reserved and not track.released:
+                    track.releases.append(now)
+                track.released = not reserved
+
+    def wait(self, predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.3) -> T:
+        def checked() -> T | None:
+            self.controller.check()
+            return predicate()
+
+        try:
+            return super().wait(checked, timeout, what, interval)
+        except TimeoutError as err:
+            err.add_note(f"fallback controller log (last lines):\n{self.controller.tail()}\n"
+                         f"plan A taints: {self.taints}\nworkloads:\n{self.describe_workloads()}")
+            raise
+
+    def describe_workloads(self) -> str:
+        lines = []
+        for key, track in self.tracks.items():
+            wl = track.last
+            status = wl.get("status") or {}
+            conditions = [f"{c['type']}={c['status']} ({c.get('reason')}: {c.get('message', '')[:120]})"
+                          for c in status.get("conditions", [])]
+            checks = [f"{c['name']}={c['state']}" for c in status.get("admissionChecks", [])]
+            lines.append(f"  {key}: {sorted(track.names)} active={wl.get('spec', {}).get('active')} reserved "
+                         f"{track.flavors_reserved()} evictions={track.evictions} annotations="
+                         f"{ {k: v for k, v in track.annotations.items() if 'tpu-fallback' in k} } "
+                         f"checks={checks}; {'; '.join(conditions)}")
+        return "\n".join(lines) or "  (none)"
+
+    def plan_a_taint_changes(self) -> dict[str, list[tuple[float, str | None]]]:
+        """Per plan A flavor, its taint's value at each change (None: untainted)."""
+        return {f: list(self.taints.get(f, [])) for f in self.plan_a}
+
+    def tainted_since(self) -> float | None:
+        """The watch's time at which the first plan A flavor was seen tainted, if it is now."""
+        times = [h[-1][0] for f, h in self.taints.items() if f in self.plan_a and h and h[-1][1] is not None]
+        return min(times) if times else None
+
+    def tainted_at_first(self) -> float | None:
+        """The watch's time at which a plan A flavor was first seen tainted."""
+        times = [t for f, h in self.taints.items() if f in self.plan_a for t, value in h if value is not None]
+        return min(times) if times else None
+
+    def tainted(self) -> bool:
+        return any(h and h[-1][1] is not None for f, h in self.taints.items() if f in self.plan_a)
+
+
+def tpu_flavor(workload: Mapping[str, Any]) -> str | None:
+    """The flavor of the Workload's TPU PodSet (gke_scenarios.TPU_GROUP), if it has one."""
+    for assignment in (workload.get("status") or {}).get("admission", {}).get("podSetAssignments", []):
+        if assignment.get("name") == gs.TPU_GROUP:
+            flavors = set((assignment.get("flavors") or {}).values())
+            return ",".join(sorted(flavors)) or None
+    return None
+
+
+def fallback_events(client: KubeClient, reason: str | None = None) -> list[dict[str, Any]]:
+    """The controller's Events (every namespace), oldest first; one reason or all of FALLBACK_EVENTS."""
+    reasons = (reason,) if reason else FALLBACK_EVENTS
+    found = [e for e in client.list("v1", "Event") if e.get("reason") in reasons]
+    return sorted(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+def event_count(events: Sequence[Mapping[str, Any]], kind: str | None = None, name: str | None = None) -> int:
+    """Occurrences (an aggregated Event with count > 1 counts as many), on objects of `kind` / `name` if given."""
+    return sum(int(e.get("count") or 1) for e in events
+               if (kind is None or e["involvedObject"].get("kind") == kind)
+               and (name is None or e["involvedObject"].get("name") == name))
+
+
+def workloads_of(client: KubeClient, record: gs.JobRecord) -> list[dict[str, Any]]:
+    return [wl for wl in client.list(KUEUE_API, "Workload", record.namespace)
+            if any(o["kind"] == "RayJob" and o["name"] == record.name for o in wl["metadata"].get("ownerReferences",
+                                                                                                  []))]
+
+
+def job_summary(client: KubeClient, watch: FallbackWatch, record: gs.JobRecord) -> dict[str, Any]:
+    """What a test asserts per job: its Workloads (now and ever), the flavors they reserved, evictions, where the
+    workers ran, how often it succeeded."""
+    track = watch.track(record)
+    rayjob = client.get("ray.io/v1", "RayJob", record.name, record.namespace) or {}
+    status = rayjob.get("status") or {}
+    return {
+        "workloads_now": len(workloads_of(client, record)),
+        "workloads_ever": len(track.uids),
+        "workload_names": sorted(track.names),
+        "reserved": track.flavors_reserved(),
+        "evictions": dict(track.evictions),
+        "worker_pools": {pool for replica in record.worker_pools().values() for pool in replica},
+        "state": record.state,
+        "succeeded": status.get("succeeded"),
+        "failed": status.get("failed"),
+        "succeeded_submitters": len(track.succeeded_submitters),
+        "annotations": {k: v for k, v in track.annotations.items() if k.startswith("tpu-fallback")},
+        "deactivated_at": track.deactivated_at,
+    }
+
+
+# --- a cluster with the project's Kueue config, and the controller -----------------------------------------------
+
+
+@dataclass
+class Env:
+    """One scenario's cluster: the control plane, the sim, the stack's plan and the running controller."""
+
+    plane: Any
+    sim: GkeSim
+    infra: ProgramRun
+    controller: Controller
+    config: dict[str, Any]
+    wait_for_pods_ready: dict[str, Any] | None
+
+    @property
+    def client(self) -> KubeClient:
+        client: KubeClient = self.plane.client
+        return client
+
+    def bounds(self) -> Bounds:
+        if self.wait_for_pods_ready is None:
+            raise LookupError("the plan's Kueue has no waitForPodsReady")
+        return Bounds.of(self.config, self.wait_for_pods_ready, self.sim.timings, self.sim.scale.real_per_sim)
+
+    def watch(self) -> FallbackWatch:
+        return FallbackWatch(self.client, self.sim, self.controller, self.config)
+
+
+FRESH_ENV = "TPU_FALLBACK_GKE_FRESH"
+
+
+class FallbackBox:
+    """One simulated GKE whose Kueue runs with the stack's waitForPodsReady, shared by scenarios of that stack:
+    started by the first, reset (gke_scenarios.reset) for each next one; a fresh controller for each scenario."""
+
+    def __init__(self, stack: gs.Stack = FALLBACK, timings: Timings = TIMINGS) -> None:
+        self.stack = stack
+        self.timings = timings
+        self.infra = stack.render()
+        self.wait_for_pods_ready = kueue_wait_for_pods_ready(self.infra)
+        self._exit = contextlib.ExitStack()
+        self._plane: Any = None
+        self._sim: GkeSim | None = None
+        self.startup: float | None = None
+        self.scenarios = 0
+
+    @contextlib.contextmanager
+    def scenario(self, *, controller: bool = True) -> Iterator[Env]:
+        pools = pools_from_plan(self.infra)
+        if self._plane is not None and os.environ.get(FRESH_ENV) == "1":
+            self.close()
+        t0 = time.monotonic()
+        if self._plane is None or self._sim is None:
+            self._plane, self._sim = self._exit.enter_context(simulated_gke(
+                pools, scale=gs.SCALE, timings=self.timings, wait_for_pods_ready=self.wait_for_pods_ready))
+            _wait_lists_answer(self._plane.client)
+            self.startup = time.monotonic() - t0
+            print(f"\n[{self.stack.name} {dict(self.stack.overrides)}] cluster up in {self.startup:.1f} s")
+        else:
+            gs.reset(self._plane.client, self._sim, pools)
+            print(f"\n[{self.stack.name}] cluster reset in {time.monotonic() - t0:.1f} s")
+        self.scenarios += 1
+        config = controller_config(self.infra) if controller else {}
+        kubeconfig = controller_kubeconfig(self._plane, self.infra) if controller else self._plane.kubeconfig
+        ctl = Controller(config, kubeconfig, self._plane.workdir, name=f"fallback-controller-{self.scenarios}")
+        env = Env(self._plane, self._sim, self.infra, ctl, config, self.wait_for_pods_ready)
+        try:
+            if controller:
+                ctl.start()
+            yield env
+        except BaseException as err:
+            if controller:
+                err.add_note(f"fallback controller log:\n{ctl.tail(60)}")
+            raise
+        finally:
+            ctl.stop()
+        self._sim.check()
+
+    def close(self) -> None:
+        self._exit.close()
+        self._plane = self._sim = None
+
+
+def controller_kubeconfig(plane: Any, infra: ProgramRun) -> Path:
+    """A kubeconfig with a token of the plan's own ServiceAccount for the controller, so it runs with exactly the
+    ClusterRole the stack grants it (least privilege proved, not assumed). The plan's SA, role and binding are
+    applied first (apply_infra applies them again, unchanged); the token comes from the TokenRequest API."""
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    rbac = [o for o in infra.kubernetes_objects()
+            if o["kind"] in kinds and o["metadata"]["name"] == CONTROLLER_NAME]
+    if len(rbac) != 3:
+        raise AssertionError(f"the plan has no ServiceAccount/ClusterRole/ClusterRoleBinding {CONTROLLER_NAME}")
+    client: KubeClient = plane.client
+    if client.get("v1", "Namespace", CONTROLLER_NAMESPACE) is None:
+        client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}})
+    for obj in rbac:
+        client.apply(obj)
+    answer = client.request(
+        "POST", f"/api/v1/namespaces/{CONTROLLER_NAMESPACE}/serviceaccounts/{CONTROLLER_NAME}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    path = Path(plane.workdir) / "fallback-controller-kubeconfig.json"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "controller",
+        "clusters": [{"name": "e2e", "cluster": {"server": plane.server, "certificate-authority": str(plane.ca_file)}}],
+        "users": [{"name": CONTROLLER_NAME, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "controller", "context": {"cluster": "e2e", "user": CONTROLLER_NAME}}],
+    }))
+    return path
+
+
+# What gke_scenarios.reset, the watch and the controller list.
+_LISTED = (("ray.io/v1", "RayJob"), (KUEUE_API, "Workload"), (KUEUE_API, "LocalQueue"), (KUEUE_API, "ClusterQueue"),
+           (KUEUE_API, "AdmissionCheck"), (KUEUE_API, "ProvisioningRequestConfig"), (KUEUE_API, "ResourceFlavor"),
+           ("autoscaling.x-k8s.io/v1", "ProvisioningRequest"), ("v1", "PodTemplate"), ("v1", "Node"), ("v1", "Pod"),
+           ("v1", "Event"))
+
+
+def _wait_lists_answer(client: KubeClient, timeout: float = 30.0) -> None:
+    """Until a LIST of every kind the scenarios use answers. Right after the control plane is up, the first LIST
+    of some Kueue kinds (clusterqueues, provisioningrequestconfigs) gets 429 "storage is (re)initializing" for a
+    fraction of a second (their watch cache is not ready yet); a reset that starts with a LIST would fail on it."""
+    from tests.e2e.kube import KubeError
+
+    def answered(api_version: str, kind: str) -> bool:
+        try:
+            client.list(api_version, kind)
+        except KubeError as err:
+            if err.status != 429:
+                raise
+            return False
+        return True
+
+    for api_version, kind in _LISTED:
+        client.wait_for(functools.partial(answered, api_version, kind), timeout, f"a LIST of {kind} to answer")
+
+
+def plan_of(infra: ProgramRun, sim: GkeSim) -> dict[str, str]:
+    return gs.flavor_plans(infra, list(sim.pools.values()))
+
+
+def _jobs(env: Env, count: int, prefix: str, run_times: Mapping[int, float] | None = None
+          ) -> list[dict[str, Any]]:
+    """The jobs dev stack's objects for `count` RayJobs named <prefix>-1..., job i running run_times[i] s."""
+    objects = scenario.render_queue_jobs(env.infra, "default/user-queue", count, prefix)
+    out = []
+    for obj in objects:
+        if obj["kind"] == "RayJob":
+            index = int(obj["metadata"]["name"].rsplit("-", 1)[1])
+            seconds = (run_times or {}).get(index)
+            if seconds is not None:
+                obj = with_run_time(obj, seconds)
+        out.append(obj)
+    return out
+
+
+def _submit_one(watch: FallbackWatch, objects: Sequence[Mapping[str, Any]], name: str) -> gs.JobRecord:
+    chosen = [o for o in objects if o["kind"] != "RayJob" or o["metadata"]["name"] == name]
+    (record,) = watch.submit(chosen)
+    return record
+
+
+# --- scenarios -------------------------------------------------------------------------------------------------
+
+
+def run_stockout_fallback(env: Env) -> gs.Outcome:
+    """(a) Plan A stocked out. Job 1 is admitted to plan A, its pods never start; the controller taints plan A at
+    stockoutAfter, Kueue evicts at its PodsReady timeout and requeues after the backoff, and the job runs on plan
+    B. Job 2, submitted during the cool-down, goes straight to plan B. Capacity returns; once the cool-down is
+    over (the taint gone), job 3 runs on plan A."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_A_POOL, False)
+    objects = _jobs(env, 3, "stockout")
+    bound = env.bounds()
+    first = _submit_one(watch, objects, "stockout-1")
+    watch.wait_running([first], bound.to_plan_b() + 30)
+    facts: dict[str, Any] = {"bound": bound, "first_to_running": (first.running or 0) - first.submitted,
+                             "tainted_at": watch.tainted_since(), "first_submitted": first.submitted}
+    facts["taint_during"] = {f: h[-1][1] for f, h in watch.plan_a_taint_changes().items()}
+    # Job 2 while plan A is closed.
+    second = _submit_one(watch, objects, "stockout-2")
+    facts["second_submitted_after_taint"] = second.submitted - (facts["tainted_at"] or second.submitted)
+    facts["tainted_when_second_submitted"] = watch.tainted()
+    watch.wait_running([second], 90)
+    # Capacity returns; plan A reopens at the end of the cool-down (no node appears in plan A meanwhile: nothing
+    # asks for one).
+    sim.set_capacity(PLAN_A_POOL, True)
+    watch.wait(lambda: not watch.tainted(), bound.cool_down + bound.poll + 20, "plan A to reopen after the cool-down")
+    facts["reopened_at"] = watch.now()
+    third = _submit_one(watch, objects, "stockout-3")
+    watch.wait_running([third], 60)
+    watch.wait_finished([first, second, third], 90)
+    facts["taints"] = watch.plan_a_taint_changes()
+    facts["all_taints"] = dict(watch.taints)
+    facts["metrics"] = env.controller.metrics()
+    facts["events"] = {reason: fallback_events(client, reason) for reason in FALLBACK_EVENTS}
+    facts["jobs"] = {r.name: job_summary(client, watch, r) for r in (first, second, third)}
+    facts["plans"] = plan_of(env.infra, sim)
+    facts["controller_log"] = env.controller.lines()
+    return gs.Outcome(watch, facts)
+
+
+def run_quota_fallback(env: Env) -> gs.Outcome:
+    """(b) The tutorial with the fallback on: two jobs, plan A's quota takes one, the other goes to plan B; no
+    stock-out, so plan A is never closed. Job 1 runs long enough that plan A is still full while job 2 waits for
+    DWS (no move back either)."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    first, second = watch.submit(_jobs(env, 2, "quota", {1: 10}))
+    watch.wait_running([first, second], 90)
+    requests = gs.request_conditions(client, "default")  # while job 2 runs (Kueue deletes it with the Workload)
+    watch.wait_finished([first, second], 90)
+    facts: dict[str, Any] = {
+        "taints": watch.plan_a_taint_changes(),
+        "events": {reason: fallback_events(client, reason) for reason in FALLBACK_EVENTS},
+        "jobs": {r.name: job_summary(client, watch, r) for r in (first, second)},
+        "plans": plan_of(env.infra, sim),
+        "requests": requests,
+        "controller_log": env.controller.lines(),
+    }
+    return gs.Outcome(watch, facts)
+
+
+def _plan_a_free(client: KubeClient, watch: FallbackWatch, cluster_queue: str = "cluster-queue") -> bool:
+    """No Workload holds quota on a plan A flavor of the ClusterQueue."""
+    cq = client.get(KUEUE_API, "ClusterQueue", cluster_queue) or {}
+    for usage in (cq.get("status") or {}).get("flavorsReservation", []):
+        if usage.get("name") in watch.plan_a and any(str(r.get("total", "0")) not in ("0", "")
+                                                     for r in usage.get("resources", [])):
+            return False
+    return True
+
+
+def run_move_back(env: Env, *, kill_after_deactivation: bool = False) -> gs.Outcome:
+    """(c) Plan A full with job 1 (a long run); job 2 on plan B waits for DWS (plan B stocked out, its
+    ProvisioningRequest stays queued); job 1 finishes and job 2 moves to plan A, where it runs. Then job 3 on plan B
+    with DWS capacity (Provisioned, running) while job 2 holds plan A; job 2 finishes: job 3 is never moved.
+
+    kill_after_deactivation (d): SIGKILL the controller as soon as job 2's Workload is deactivated for the move,
+    and start it again: the move must still complete."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_B_POOL, False)
+    objects = _jobs(env, 3, "move", {1: 8, 2: 10, 3: 15})
+    first = _submit_one(watch, objects, "move-1")
+    second = _submit_one(watch, objects, "move-2")
+    facts: dict[str, Any] = {}
+    watch.wait_running([first], 60)
+    facts["second_waiting"] = watch.wait(
+        lambda: _check_pending(client, second), 30, "job 2 on plan B, its ProvisioningRequest queued")
+    facts["second_flavor_before"] = tpu_flavor(watch.track(second).last)
+    if kill_after_deactivation:
+        def deactivated() -> bool:
+            track = watch.track(second)
+            return track.deactivated_at is not None
+
+        watch.wait(deactivated, 60, "the controller to deactivate job 2 for the move", interval=0.05)
+        facts["active_when_killed"] = (watch.track(second).last.get("spec") or {}).get("active")
+        facts["annotations_when_killed"] = dict(watch.track(second).annotations)
+        env.controller.kill()
+        facts["killed_at"] = watch.now()
+        time.sleep(env.bounds().poll * 2)  # nothing reactivates it meanwhile
+        watch.poll()
+        facts["active_while_down"] = (watch.track(second).last.get("spec") or {}).get("active")
+        env.controller.start()
+    watch.wait_finished([first], 60)
+    watch.wait_running([second], 60)
+    facts["second_running_after_first"] = (second.running or 0) - (first.finished or 0)
+    # Job 3 on plan B, with DWS capacity: Provisioned, admitted, running, while job 2 holds plan A.
+    sim.set_capacity(PLAN_B_POOL, True)
+    third = _submit_one(watch, objects, "move-3")
+    watch.wait_running([third], 60)
+    facts["third_request"] = gs.request_conditions(client, "default")
+    watch.wait_finished([second], 60)
+    watch.wait(lambda: _plan_a_free(client, watch), 30, "plan A's quota free after job 2")
+    facts["plan_a_free_at"] = watch.now()
+    # A few polls of the controller with plan A free and Ready nodes there: job 3 stays where its capacity is.
+    hold = watch.now() + max(5.0, 4 * env.bounds().poll)
+    watch.wait(lambda: watch.now() >= hold, 30, "the controller's polls with plan A free")
+    facts["third_flavor_after"] = tpu_flavor(watch.track(third).last)
+    facts["third_active_after"] = (watch.track(third).last.get("spec") or {}).get("active")
+    watch.wait_finished([third], 60)
+    facts["events"] = {reason: fallback_events(client, reason) for reason in FALLBACK_EVENTS}
+    facts["jobs"] = {r.name: job_summary(client, watch, r) for r in (first, second, third)}
+    facts["plans"] = plan_of(env.infra, sim)
+    facts["taints"] = watch.plan_a_taint_changes()
+    facts["metrics"] = env.controller.metrics()  # of the last start
+    facts["controller_log"] = env.controller.lines()
+    return gs.Outcome(watch, facts)
+
+
+def _check_pending(client: KubeClient, record: gs.JobRecord) -> dict[str, Any] | None:
+    """The Workload if it holds quota with its dws check Pending (its ProvisioningRequest not Provisioned)."""
+    wl = scenario.workload_of(client, record.namespace, record.name)
+    if wl is None or scenario.condition_status(wl, "QuotaReserved") != "True":
+        return None
+    checks = {c["name"]: c["state"] for c in (wl.get("status") or {}).get("admissionChecks", [])}
+    return wl if checks and all(state == "Pending" for state in checks.values()) else None
+
+
+def run_restart_during_stockout(env: Env) -> gs.Outcome:
+    """(d) Plan A stocked out, one job; the controller is killed (SIGKILL) as soon as it has tainted plan A, and
+    started again. The job still runs on plan B, once; plan A's taint is neither removed nor re-stamped by the
+    restart. Then capacity returns and a plan A node appears (added by hand): plan A reopens before the cool-down's
+    end, once."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_A_POOL, False)
+    objects = _jobs(env, 1, "restart")
+    bound = env.bounds()
+    (job,) = watch.submit(objects)
+    watch.wait(watch.tainted, bound.stockout_after + bound.poll + 20, "the controller to taint plan A",
+               interval=0.05)
+    facts: dict[str, Any] = {"bound": bound, "taint_before_kill": watch.plan_a_taint_changes()}
+    env.controller.kill()
+    facts["killed_at"] = watch.now()
+    env.controller.start()
+    watch.wait_running([job], bound.to_plan_b() + 30)
+    facts["to_running"] = (job.running or 0) - job.submitted
+    facts["taint_after_restart"] = watch.plan_a_taint_changes()
+    sim.set_capacity(PLAN_A_POOL, True)
+    sim.add_nodes(PLAN_A_POOL)
+    facts["nodes_added_at"] = watch.now()
+    watch.wait(lambda: not watch.tainted(), 30, "plan A to reopen once its new node is Ready")
+    facts["reopened_at"] = watch.now()
+    facts["cool_down_end"] = (watch.tainted_at_first() or 0) + bound.cool_down
+    watch.wait_finished([job], 60)
+    facts["taints"] = watch.plan_a_taint_changes()
+    facts["events"] = {reason: fallback_events(client, reason) for reason in FALLBACK_EVENTS}
+    facts["jobs"] = {job.name: job_summary(client, watch, job)}
+    facts["plans"] = plan_of(env.infra, sim)
+    facts["controller_log"] = env.controller.lines()
+    return gs.Outcome(watch, facts)
+
+
+def run_stockout_time_to_running(env: Env, window: float) -> gs.Outcome:
+    """Plan A stocked out, one job: how long until all its pods run (None if not within `window` real seconds),
+    and what happened on the way (for benchmark_fallback.py). Without the fallback (no controller, a Kueue without
+    waitForPodsReady) the job sits on plan A's quota for as long as the stock-out lasts."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_A_POOL, False)
+    (job,) = watch.submit(_jobs(env, 1, "bench"))
+    deadline = job.submitted + window
+    watch.wait(lambda: job.running is not None or watch.now() >= deadline, window + 30, "the job to run or the window")
+    track = watch.track(job)
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else t - job.submitted
+
+    facts: dict[str, Any] = {
+        "window": window,
+        "to_running": since(job.running) if job.running is not None and job.running <= deadline else None,
+        "admitted": since(job.admitted),
+        "reservations": [(since(t), flavor) for t, flavor in track.reservations],
+        "releases": [since(t) for t in track.releases],
+        "tainted": since(watch.tainted_at_first()),
+        "evictions": dict(track.evictions),
+        "worker_pools": {pool for replica in job.worker_pools().values() for pool in replica},
+        "pods": watch.describe_unfinished() if job.running is None else "",
+        "failed_scale_ups": len(gs.events(client, "default", "FailedScaleUp")),
+    }
+    if env.controller.pid is not None:
+        from tests.e2e.controlplane import process_usage
+
+        usage = process_usage(env.controller.pid)
+        facts["controller_cpu"] = usage.cpu_seconds if usage else None
+        facts["controller_rss"] = usage.peak_rss_bytes if usage else None
+    sim.set_capacity(PLAN_A_POOL, True)  # let the job finish, so the next scenario starts clean
+    return gs.Outcome(watch, facts)

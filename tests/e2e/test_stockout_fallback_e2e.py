@@ -1,0 +1,217 @@
+"""Issue 13: fall back on a real stock-out, not only on quota (simulated GKE, real Kueue, the fallback controller).
+
+The cluster is gke_sim's (real etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK, KubeRay and
+Kueue 0.19.2, all from Go modules), with Kueue running the `waitForPodsReady` block of the stack's offline plan
+and the fallback controller (`python -m tpu_fallback.fallback`) as a subprocess with the plan's config.json; see
+tests/e2e/fallback_scenarios.py. The stack is dev with short fallback times (fallback_scenarios.FALLBACK:
+stockoutAfter 15 s, coolDown 45 s, poll 1 s, requeue backoff 1 s; real seconds, since Kueue and the controller run
+on the wall clock). One cluster for the module (reset between tests; TPU_FALLBACK_GKE_FRESH=1: one per test), a
+fresh controller per test. Run one alone with e.g.
+`venv/bin/python -m pytest tests/e2e/test_stockout_fallback_e2e.py -m e2e -s -k stockout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from tests.e2e import fallback_scenarios as fs
+from tests.e2e import gke_scenarios as gs
+
+pytestmark = pytest.mark.e2e
+
+PLAN_A, PLAN_B = "on-demand", "dws"  # the dev stack's TPU flavors
+PLAN_A_POOL, PLAN_B_POOL = fs.PLAN_A_POOL, fs.PLAN_B_POOL
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[fs.FallbackBox]:
+    cluster_box = fs.FallbackBox()
+    try:
+        yield cluster_box
+    finally:
+        cluster_box.close()
+
+
+def report(outcome: gs.Outcome) -> None:
+    for line in outcome.watch.figures():
+        print("  " + line)
+    watch = outcome.watch
+    if isinstance(watch, fs.FallbackWatch):
+        print(watch.describe_workloads())
+        print(f"  plan A taints: {watch.plan_a_taint_changes()}")
+    for line in outcome.facts.get("controller_log", []):
+        print(f"  | {line}")
+
+
+def taint_values(changes: Sequence[tuple[float, str | None]]) -> list[str | None]:
+    return [value for _t, value in changes]
+
+
+def events_on(facts: Mapping[str, Any], reason: str, kind: str | None = None, name: str | None = None) -> int:
+    return fs.event_count(facts["events"][reason], kind, name)
+
+
+def assert_ran_once(job: Mapping[str, Any]) -> None:
+    """One Workload for the RayJob, ever; it completed, and its Ray job succeeded once."""
+    assert job["workloads_ever"] == 1 and job["workloads_now"] == 1, job
+    assert job["state"] == "Complete", job
+    assert job["succeeded_submitters"] == 1, job
+    assert job["succeeded"] in (None, 1), job
+
+
+def test_kueue_runs_with_the_plans_wait_for_pods_ready(box: fs.FallbackBox) -> None:
+    """The Kueue under test has the block the plan's Helm values ship (its log prints the loaded Configuration)."""
+    block = box.wait_for_pods_ready
+    assert block is not None, "the plan's Kueue Helm values have no waitForPodsReady"
+    config = fs.controller_config(box.infra)
+    assert fs.parse_duration(block["timeout"]) > config["stockoutAfterSeconds"], (block, config)
+    assert block.get("blockAdmission") is False, block
+    assert block["requeuingStrategy"]["timestamp"] == "Creation", block
+    with box.scenario(controller=False) as env:
+        assert env.plane.kueue_configuration()["waitForPodsReady"] == block
+        loaded = next(line for line in env.plane.kueue_log.read_text().splitlines() if "Configuration loaded" in line)
+    assert "waitForPodsReady" in loaded, loaded
+    assert f"timeout: {block['timeout']}" in loaded.replace('\\n', '\n'), loaded
+
+
+def test_plan_a_stockout_job_1_falls_back_new_jobs_skip_plan_a_then_plan_a_reopens(box: fs.FallbackBox) -> None:
+    with box.scenario() as env:
+        out = fs.run_stockout_fallback(env)
+        report(out)
+    facts = out.facts
+    bound: fs.Bounds = facts["bound"]
+    jobs = facts["jobs"]
+    first, second, third = jobs["stockout-1"], jobs["stockout-2"], jobs["stockout-3"]
+    print(f"  job 1: all pods Running on plan B {facts['first_to_running']:.1f} s after submission "
+          f"(bound {bound.describe()}); plan A tainted {facts['tainted_at'] - facts['first_submitted']:.1f} s after "
+          f"submission, reopened at {facts['reopened_at']:.1f} s")
+
+    # Job 1: admitted to plan A (stocked out), evicted once by Kueue's PodsReady timeout, re-admitted to plan B, ran
+    # on the DWS pool, within the bound the config gives.
+    assert first["reserved"] == [PLAN_A, PLAN_B], first
+    assert first["evictions"] == {"PodsReadyTimeout": 1}, first
+    assert first["worker_pools"] == {PLAN_B_POOL}, first
+    assert facts["first_to_running"] <= bound.to_plan_b(), (facts["first_to_running"], bound.describe())
+    assert facts["tainted_at"] - facts["first_submitted"] >= bound.stockout_after - 1, facts
+    assert_ran_once(first)
+
+    # Job 2, submitted while plan A is closed: straight to plan B, never reserved on plan A, never evicted.
+    assert facts["tainted_when_second_submitted"], facts
+    assert second["reserved"] == [PLAN_B], second
+    assert second["evictions"] == {}, second
+    assert second["worker_pools"] == {PLAN_B_POOL}, second
+    assert_ran_once(second)
+
+    # Capacity back and the cool-down over: plan A is offered again and job 3 runs there.
+    assert third["reserved"] == [PLAN_A], third
+    assert third["worker_pools"] == {PLAN_A_POOL}, third
+    assert third["evictions"] == {}, third
+    assert_ran_once(third)
+
+    # The taint went on once and came off once, on plan A's flavor only; one Event of each.
+    changes = facts["taints"][PLAN_A]
+    assert taint_values(changes)[0] is None and taint_values(changes)[2:] == [None], changes
+    assert len(changes) == 3 and changes[1][1] is not None, changes
+    assert changes[2][0] - changes[1][0] >= bound.cool_down - bound.poll - 1, changes
+    assert all(value is None for value in taint_values(facts["all_taints"].get(PLAN_B, []))), facts["all_taints"]
+    assert events_on(facts, fs.STOCKOUT_EVENT, "ResourceFlavor", PLAN_A) == 1, facts["events"]
+    assert events_on(facts, fs.STOCKOUT_EVENT, "Workload", first["workload_names"][0]) == 1, facts["events"]
+    assert events_on(facts, fs.REOPENED_EVENT, "ResourceFlavor", PLAN_A) == 1, facts["events"]
+    assert events_on(facts, fs.MOVED_EVENT) == 0, facts["events"]
+    metrics = facts["metrics"]
+    assert metrics.get("tpu_fallback_plan_a_closes_total") == 1, metrics
+    assert metrics.get("tpu_fallback_plan_a_reopens_total") == 1, metrics
+    assert metrics.get("tpu_fallback_plan_a_closed") == 0, metrics
+    assert metrics.get("tpu_fallback_moves_to_plan_a_total") == 0, metrics
+
+
+def test_plan_a_quota_full_falls_back_as_before_and_never_taints(box: fs.FallbackBox) -> None:
+    """The tutorial (2 jobs, dev stack) with the fallback on: plan A's quota takes job 1, job 2 goes to dws."""
+    with box.scenario() as env:
+        out = fs.run_quota_fallback(env)
+        report(out)
+    facts = out.facts
+    first, second = facts["jobs"]["quota-1"], facts["jobs"]["quota-2"]
+    assert first["reserved"] == [PLAN_A] and first["worker_pools"] == {PLAN_A_POOL}, first
+    assert second["reserved"] == [PLAN_B] and second["worker_pools"] == {PLAN_B_POOL}, second
+    ((_request, conditions),) = facts["requests"].items()
+    assert conditions == {"Accepted": "True", "Provisioned": "True"}, facts["requests"]
+    for job in (first, second):
+        assert job["evictions"] == {}, job
+        assert_ran_once(job)
+    assert all(value is None for changes in facts["taints"].values() for value in taint_values(changes)), facts
+    assert all(events_on(facts, reason) == 0 for reason in fs.FALLBACK_EVENTS), facts["events"]
+
+
+def test_move_back_to_plan_a_when_it_frees_never_once_dws_capacity_arrived(box: fs.FallbackBox) -> None:
+    with box.scenario() as env:
+        out = fs.run_move_back(env)
+        report(out)
+    assert_move_back(out.facts)
+
+
+def assert_move_back(facts: Mapping[str, Any]) -> None:
+    jobs = facts["jobs"]
+    first, second, third = jobs["move-1"], jobs["move-2"], jobs["move-3"]
+    assert first["reserved"] == [PLAN_A] and first["worker_pools"] == {PLAN_A_POOL}, first
+    # Job 2 waited on plan B (its ProvisioningRequest queued: dws stocked out), then moved to plan A once job 1
+    # finished, and ran on plan A's pool.
+    assert facts["second_flavor_before"] == PLAN_B, facts
+    assert second["reserved"] == [PLAN_B, PLAN_A], second
+    assert second["worker_pools"] == {PLAN_A_POOL}, second
+    assert "tpu-fallback.dev/moved-to-plan-a" in second["annotations"], second
+    assert fs.MOVING_ANNOTATION not in second["annotations"], second
+    assert events_on(facts, fs.MOVED_EVENT, "Workload", second["workload_names"][0]) == 1, facts["events"]
+    print(f"  job 2 ran on plan A {facts['second_running_after_first']:.1f} s after job 1 finished")
+    # Job 3 got its DWS capacity (Provisioned) and ran on plan B; plan A's quota freed while it ran: not moved.
+    assert any(c == {"Accepted": "True", "Provisioned": "True"} for c in facts["third_request"].values()), facts
+    assert third["reserved"] == [PLAN_B] and third["worker_pools"] == {PLAN_B_POOL}, third
+    assert facts["third_flavor_after"] == PLAN_B and facts["third_active_after"] is not False, facts
+    assert third["evictions"] == {} and not third["annotations"], third
+    assert events_on(facts, fs.MOVED_EVENT) == 1, facts["events"]
+    # No stock-out here: plan A never closed.
+    assert events_on(facts, fs.STOCKOUT_EVENT) == 0, facts["events"]
+    for job in (first, second, third):
+        assert_ran_once(job)
+    # The controller that finished the move counted it (after a restart: the new process).
+    assert facts["metrics"].get("tpu_fallback_moves_to_plan_a_total") == 1, facts["metrics"]
+
+
+def test_controller_killed_right_after_the_taint_the_job_still_falls_back_once(box: fs.FallbackBox) -> None:
+    with box.scenario() as env:
+        out = fs.run_restart_during_stockout(env)
+        report(out)
+    facts = out.facts
+    bound: fs.Bounds = facts["bound"]
+    (job,) = facts["jobs"].values()
+    assert job["reserved"] == [PLAN_A, PLAN_B], job
+    assert job["evictions"] == {"PodsReadyTimeout": 1}, job
+    assert job["worker_pools"] == {PLAN_B_POOL}, job
+    assert facts["to_running"] <= bound.to_plan_b(), (facts["to_running"], bound.describe())
+    assert_ran_once(job)
+    # The restarted controller kept the taint as it was (same value: no second close) ...
+    before = facts["taint_before_kill"][PLAN_A][-1][1]
+    assert before is not None and taint_values(facts["taint_after_restart"][PLAN_A])[1:] == [before], facts
+    # ... and reopened plan A once a plan A node, newer than the taint, was Ready: before the cool-down's end.
+    changes = facts["taints"][PLAN_A]
+    assert taint_values(changes) == [None, before, None], changes
+    assert facts["reopened_at"] < facts["cool_down_end"], facts
+    # An Event is a courtesy: a kill between the taint and its Event loses that one, but none is ever repeated.
+    assert events_on(facts, fs.STOCKOUT_EVENT, "ResourceFlavor", PLAN_A) <= 1, facts["events"]
+    assert events_on(facts, fs.REOPENED_EVENT, "ResourceFlavor", PLAN_A) == 1, facts["events"]
+
+
+def test_controller_killed_in_the_middle_of_a_move_back_the_move_completes(box: fs.FallbackBox) -> None:
+    with box.scenario() as env:
+        out = fs.run_move_back(env, kill_after_deactivation=True)
+        report(out)
+    facts = out.facts
+    # Killed while job 2's Workload was deactivated for the move (nothing reactivated it while the controller was
+    # down); the restarted controller finished the move.
+    assert facts["active_when_killed"] is False, facts
+    assert fs.MOVING_ANNOTATION in facts["annotations_when_killed"], facts
+    assert facts["active_while_down"] is False, facts
+    assert_move_back(facts)
