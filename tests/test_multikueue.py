@@ -231,3 +231,22 @@ def test_jobs_stack_submits_to_the_manager_and_refuses_elastic_jobs(glob: Progra
     refused = run_program(REPO_ROOT / "jobs", "dev", stack_references=refs, raise_errors=False)  # dev jobs are elastic
     assert isinstance(refused.error, ConfigError)
     assert "MultiKueue" in str(refused.error) and "jobs[0].elastic" in str(refused.error)
+
+
+def test_every_worker_has_the_script_a_dispatched_rayjob_mounts(glob: ProgramRun) -> None:
+    # MultiKueue copies only the RayJob to a worker (tests/e2e/test_multikueue_e2e.py saw it): its ConfigMap volume
+    # must already be there, in every namespace the worker's LocalQueues serve.
+    from tpu_fallback.render.files import training_script
+
+    namespaces = {q["namespace"] for q in glob.outputs["localQueues"]}
+    scripts = [(cluster_of(glob, r), obj) for r, obj in objects_of(glob, "ConfigMap")
+               if obj["metadata"]["name"] == "jax-train-script"]
+    assert sorted((c, o["metadata"]["namespace"]) for c, o in scripts) == sorted(
+        (f"tpu-global-{w}", ns) for w in WORKERS for ns in namespaces)
+    assert all(o["data"]["train.py"] == training_script() for _, o in scripts)
+
+
+def test_the_fallback_controller_runs_on_the_workers_with_both_plans(glob: ProgramRun) -> None:
+    deployments = {cluster_of(glob, r) for r, obj in objects_of(glob, "Deployment")
+                   if obj["metadata"]["name"] == "tpu-fallback-controller"}
+    assert deployments == {f"tpu-global-{w}" for w in PLAN_B_WORKERS}  # not the manager, not plan-A-only europe

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
 from tpu_fallback.model.jobs import InfraFacts, PlannedJob
 from tpu_fallback.render import rayjob
-from tpu_fallback.render.files import training_script
 
 
 @dataclass(frozen=True)
@@ -28,15 +27,9 @@ class JobSubmission(pulumi.ComponentResource):
         # The jobs stack's own provider: it never touches the infra stack's provider or state.
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=args.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
         on_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
-        script = training_script()
-        scripts: dict[str, k8s.core.v1.ConfigMap] = {}
-        for namespace in dict.fromkeys(p.namespace for p in args.jobs):
-            scripts[namespace] = k8s.core.v1.ConfigMap(
-                f"{name}-script-{namespace}",
-                metadata={"name": rayjob.SCRIPT_CONFIGMAP, "namespace": namespace},
-                data={"train.py": script},
-                opts=on_cluster,
-            )
+        scripts = {namespace: kubernetes_object(f"{name}-script-{namespace}", rayjob.script_config_map(namespace),
+                                                on_cluster)
+                   for namespace in dict.fromkeys(p.namespace for p in args.jobs)}
         self.rayjobs = []
         for planned in args.jobs:
             for copy_name in planned.names:

@@ -26,6 +26,7 @@ from tpu_fallback.model.outputs import InfraOutputs
 from tpu_fallback.model.queues import QueuePlan, manager_queue_plan
 from tpu_fallback.model.settings import Settings, WorkerSettings
 from tpu_fallback.render import kueue as kueue_objects
+from tpu_fallback.render import rayjob
 from tpu_fallback.render.kubeconfig import token_kubeconfig
 
 
@@ -176,6 +177,14 @@ class MultiKueuePlatform(pulumi.ComponentResource):
                                admission_checks=kueue_objects.multikueue_admission_checks()),
             opts=on_manager,
         )
+        # MultiKueue copies only the RayJob to the worker that runs it: the script it mounts must be there already.
+        for w in mk.workers:
+            worker = self.workers[w.name]
+            on_worker = pulumi.ResourceOptions(parent=worker, provider=worker.cluster.provider,
+                                               depends_on=[worker.queues])
+            for namespace in dict.fromkeys(ns for ns, _ in worker.queue_plan.local_queues):
+                kubernetes_object(f"{w.settings.cluster_name}-script-{namespace}",
+                                  rayjob.script_config_map(namespace), on_worker)
         # Jobs only pass through the manager: no pod there may request TPUs, so Autopilot never provisions a
         # TPU node on it even if a Ray operator started a RayCluster it should leave to MultiKueue.
         for namespace in dict.fromkeys(ns for ns, _ in self.queue_plan.local_queues):

@@ -17,9 +17,17 @@ from tpu_fallback.model.labels import (
     TPU_RESOURCE,
 )
 from tpu_fallback.model.quantity import Resources
-from tpu_fallback.render.files import load_template
+from tpu_fallback.render.files import load_template, training_script
 
 SCRIPT_CONFIGMAP = "jax-train-script"  # the template mounts it at /app
+
+
+def script_config_map(namespace: str) -> dict[str, Any]:
+    """The ConfigMap the RayJobs mount at /app: the training script. The jobs stack creates it beside its RayJobs;
+    in multi-region mode the infra stack also creates it on every worker, since MultiKueue copies only the
+    RayJob to the worker that runs it."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": SCRIPT_CONFIGMAP, "namespace": namespace},
+            "data": {"train.py": training_script()}}
 
 
 def training_env(planned: PlannedJob, infra: InfraFacts) -> dict[str, str]:
