@@ -183,7 +183,13 @@ class Watch:
                 node = (pod.get("spec") or {}).get("nodeName")
                 if node:
                     replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
-                    record.placements[pod["metadata"]["name"]] = (node, self.node_pool.get(node, "?"), replica)
+                    if node not in self.node_pool:  # bound to a node created after this poll listed the nodes
+                        for fresh in self.client.list("v1", "Node"):
+                            self.node_pool[fresh["metadata"]["name"]] = (
+                                (fresh["metadata"].get("labels") or {}).get(POOL_LABEL, ""))
+                    known = record.placements.get(pod["metadata"]["name"])
+                    pool = self.node_pool.get(node) or (known[1] if known and known[0] == node else "?")
+                    record.placements[pod["metadata"]["name"]] = (node, pool, replica)
                 consumed = (pod["metadata"].get("annotations") or {}).get(CONSUME_ANNOTATION)
                 if consumed and (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL):
                     record.consume_annotations[pod["metadata"]["name"]] = consumed
