@@ -103,7 +103,7 @@ JOBS_RULES: list[tuple[dict[str, Any], list[str]]] = [
     ({"jobs": [{"name": "a", "queue": "nope"}]}, ["jobs[0].queue", '"nope"', "not a local queue"]),
     ({"infraStack": "a/b/c/d"}, ["infraStack", '"a/b/c/d"']),
     ({"jobs": [{"name": "a", "headRequest": {"cpu": "10", "memory": "4Gi"}}]},
-     ["jobs[0].headRequest", "never be admitted", "cpu 11", "system quota (cpu=10, memory=20Gi)"]),
+     ["jobs[0].headRequest", "never be admitted", "cpu 10.5", "system quota (cpu=10, memory=20Gi)"]),
 ]
 
 

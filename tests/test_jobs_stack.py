@@ -55,8 +55,20 @@ def without_env(obj: Any) -> Any:
     return obj
 
 
+def not_elastic(obj: Any) -> Any:
+    """The tutorial's RayJob without its elasticity, which the dev stack leaves out on purpose: a v6e 4x4 slice
+    spans 4 hosts, and a multi-host scale-up can never work here (jobs.py refuses it; README "Elastic jobs")."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"].pop("annotations")
+    cluster = obj["spec"]["rayClusterSpec"]
+    cluster.pop("enableInTreeAutoscaling")
+    for group in cluster["workerGroupSpecs"]:
+        group.pop("minReplicas"), group.pop("maxReplicas")
+    return obj
+
+
 def test_dev_jobs_are_the_tutorials_rayjobs(dev_jobs: ProgramRun) -> None:
-    tutorial = without_env(yaml.safe_load((FIXTURES / "rayjob-tpu-v6e-dws.yaml").read_text()))
+    tutorial = not_elastic(without_env(yaml.safe_load((FIXTURES / "rayjob-tpu-v6e-dws.yaml").read_text())))
     jobs = rayjobs(dev_jobs)
     assert [j["metadata"]["name"] for j in jobs] == ["rayjob-tpu-v6e-dws-1", "rayjob-tpu-v6e-dws-2"]
     for job in jobs:
@@ -205,3 +217,43 @@ def test_offline_plan_works_for_the_jobs_project(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "out" / "kubernetes.yaml").read_text()))
     assert [o["kind"] for o in objects] == ["ConfigMap", "RayJob", "RayJob"]
+
+
+SINGLE_HOST = {"tpu": {"type": "v6e", "topology": "2x2"}, "onDemand": {"maxSlices": 2}}
+
+
+def test_elastic_is_refused_for_multi_host_slices() -> None:
+    run = jobs_run(overrides={"jobs": [{"name": "j", "elastic": True}]}, raise_errors=False)
+    assert isinstance(run.error, ConfigError)
+    assert "jobs[0].elastic" in str(run.error) and "4x4 slice spans 4 hosts" in str(run.error)
+    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]  # nothing created
+
+
+def test_an_elastic_single_host_job_stays_on_plan_a() -> None:
+    run = jobs_run(SINGLE_HOST, {"jobs": [{"name": "j", "count": 1, "elastic": {"minReplicas": 1,
+                                                                                 "maxReplicas": 2}}]})
+    (job,) = rayjobs(run)
+    assert job["metadata"]["annotations"] == {"kueue.x-k8s.io/elastic-job": "true"}
+    group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    assert (group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (1, 2, 1)
+    # It does not tolerate the queued-provisioning taint the dws flavors declare, so Kueue never gives it plan B.
+    assert [t["key"] for t in group["template"]["spec"]["tolerations"]] == ["google.com/tpu"]
+    dws = next(o for o in infra("dev", SINGLE_HOST).kubernetes_objects()
+               if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == "dws")
+    assert {t["key"] for t in dws["spec"]["nodeTaints"]} == {"cloud.google.com/gke-queued"}
+
+
+def test_an_elastic_job_counts_the_autoscaler_against_the_system_quota() -> None:
+    # 2 CPU head + 500m submitter fits a 2500m system quota; the elastic job's autoscaler sidecar (500m) does not.
+    infra_overrides = {**SINGLE_HOST, "queues": {"quotas": {"system": {"cpu": "2500m", "memory": "8Gi"}}}}
+    plain = jobs_run(infra_overrides, {"jobs": [{"name": "j", "count": 1}]})
+    assert len(rayjobs(plain)) == 1
+    run = jobs_run(infra_overrides, {"jobs": [{"name": "j", "count": 1, "elastic": True}]}, raise_errors=False)
+    assert isinstance(run.error, ConfigError)
+    assert "headRequest" in str(run.error) and "submitter and autoscaler" in str(run.error)
+
+
+def test_an_elastic_job_needs_plan_a() -> None:
+    run = jobs_run({**SINGLE_HOST, "onDemand": {"maxSlices": 0}}, {"jobs": [{"name": "j", "elastic": True}]},
+                   raise_errors=False)
+    assert isinstance(run.error, ConfigError) and "no plan A" in str(run.error)

@@ -228,7 +228,8 @@ def test_jobs_stack_submits_to_the_manager_and_refuses_elastic_jobs(glob: Progra
     assert all(j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "user-queue" for j in jobs)
     provider = run.one("pulumi:providers:kubernetes")
     assert "tpu-global-manager" in provider.inputs["kubeconfig"]
-    refused = run_program(REPO_ROOT / "jobs", "dev", stack_references=refs, raise_errors=False)  # dev jobs are elastic
+    elastic = [{"name": "rayjob-tpu-v6e", "queue": "user-queue", "elastic": True}]
+    refused = run_program(REPO_ROOT / "jobs", "dev", {"jobs": elastic}, stack_references=refs, raise_errors=False)
     assert isinstance(refused.error, ConfigError)
     assert "MultiKueue" in str(refused.error) and "jobs[0].elastic" in str(refused.error)
 

@@ -26,9 +26,9 @@ from tpu_fallback.offline.plan import infra_review, kubernetes_yaml, kubernetes_
 PRICES = yaml.safe_load((REPO_ROOT / "tpu_fallback" / "offline" / "prices.yaml").read_text())
 V6E_4X4 = catalog.resolve_slice("v6e", "4x4")
 GIB = 2**30
-# One Ray job on the system flavor: the head's request (2 CPU / 4Gi in every example) + KubeRay's submitter and
-# autoscaler (1 CPU / 712Mi, measured by the end-to-end test).
-JOB_SYSTEM_CPU, JOB_SYSTEM_MEMORY = 2 + 1, 4 * GIB + 712 * 2**20
+# One Ray job on the system flavor: the head's request (2 CPU / 4Gi in every example) + KubeRay's submitter
+# (500m / 200Mi, measured by the end-to-end test; no example job is elastic, so no autoscaler sidecar).
+JOB_SYSTEM_CPU, JOB_SYSTEM_MEMORY = Decimal(2) + Decimal("0.5"), 4 * GIB + 200 * 2**20
 
 
 def stack_file(stack: str) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def stack_report(stack: str) -> report.StackReport:
 
 
 def system_jobs(cpu: int, memory_gib: int) -> int:
-    return min(cpu // JOB_SYSTEM_CPU, memory_gib * GIB // JOB_SYSTEM_MEMORY)
+    return min(int(cpu // JOB_SYSTEM_CPU), memory_gib * GIB // JOB_SYSTEM_MEMORY)
 
 
 # --------------------------------------------------------------------------------------------
@@ -74,8 +74,8 @@ def test_dev_capacity_and_concurrency() -> None:
     assert quotas["on-demand"] == {"cpu": 40, "memory": "75Gi", "google.com/tpu": chips}
     assert quotas["dws"]["google.com/tpu"] == 10**9  # the tutorial's unlimited plan B
     assert [(p.plan, p.runs) for p in cluster.plans] == [("on-demand", 1), ("flex-start", 1)]
-    assert cluster.system_quota_jobs == system_jobs(10, 20) == 3
-    assert cluster.machine_jobs == min(16 // JOB_SYSTEM_CPU, 64 * GIB // JOB_SYSTEM_MEMORY) == 5  # n2-standard-16
+    assert cluster.system_quota_jobs == system_jobs(10, 20) == 4
+    assert cluster.machine_jobs == min(16 // JOB_SYSTEM_CPU, 64 * GIB // JOB_SYSTEM_MEMORY) == 6  # n2-standard-16
     assert cluster.at_once == 2 and "TPU capacity" in cluster.limit
 
 
@@ -97,11 +97,11 @@ def test_prod_capacity_and_concurrency() -> None:
                                 "google.com/tpu": str(chips)}
     assert {p.plan: p.runs for p in cluster.plans} == {"on-demand": on_demand, "flex-start": flex}
     quota = config["tpu-fallback:queues"]["quotas"]["system"]
-    assert cluster.system_quota_jobs == system_jobs(quota["cpu"], int(quota["memory"].removesuffix("Gi"))) == 6
+    assert cluster.system_quota_jobs == system_jobs(quota["cpu"], int(quota["memory"].removesuffix("Gi"))) == 8
     nodes = config["tpu-fallback:systemPool"]["nodeCount"]
-    assert cluster.machine_jobs == nodes * min(16 // JOB_SYSTEM_CPU, 64 * GIB // JOB_SYSTEM_MEMORY) == 10
-    assert cluster.at_once == min(on_demand + flex, 6, 10) == 6
-    assert "TPU capacity" in cluster.limit and "CPU quota" in cluster.limit  # both bind at 6
+    assert cluster.machine_jobs == nodes * min(16 // JOB_SYSTEM_CPU, 64 * GIB // JOB_SYSTEM_MEMORY) == 12
+    assert cluster.at_once == min(on_demand + flex, 8, 12) == 6
+    assert "TPU capacity" in cluster.limit and "CPU quota" not in cluster.limit  # TPUs bind first
 
 
 def test_global_capacity_and_concurrency() -> None:
@@ -122,7 +122,7 @@ def test_global_capacity_and_concurrency() -> None:
     assert [f.flavor.name for f in europe.flavors] == ["default-cpu", "on-demand"]  # no v6e flex-start there
     us = workers[1]
     assert [f.flavor.name for f in us.flavors] == ["default-cpu", "on-demand", "dws", "dws-2"]
-    assert [f.admits for f in us.flavors] == [3, 1, 1, None]  # the last dws flavor is unlimited
+    assert [f.admits for f in us.flavors] == [4, 1, 1, None]  # the last dws flavor is unlimited
 
 
 # --------------------------------------------------------------------------------------------

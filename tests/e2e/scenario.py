@@ -47,10 +47,10 @@ def render_jobs(infra: ProgramRun, case: Case, count: int, name: str = "rayjob-t
 
 def render_queue_jobs(infra: ProgramRun, queue: str, count: int, name: str = "rayjob-tpu-v6e-dws"
                       ) -> list[dict[str, Any]]:
-    """The jobs dev stack's objects (ConfigMap, RayJobs) for `count` elastic copies on `queue` ("namespace/name"),
+    """The jobs dev stack's objects (ConfigMap, RayJobs) for `count` copies on `queue` ("namespace/name"),
     with the infra stack's outputs (any infra stack: they are handed over as the dev stack's reference)."""
     refs = {INFRA_STACK: {"outputs": copy.deepcopy(infra.outputs), "secretOutputNames": sorted(infra.secret_outputs)}}
-    jobs = [{"name": name, "count": count, "queue": queue, "elastic": {"minReplicas": 1, "maxReplicas": 2}}]
+    jobs = [{"name": name, "count": count, "queue": queue}]
     run = run_program(REPO_ROOT / "jobs", "dev", {"jobs": jobs}, stack_references=refs)
     return run.kubernetes_objects()  # the ConfigMap, then <name>-1, <name>-2, ... as the tutorial submits them
 

@@ -413,6 +413,42 @@ def test_existing_cluster_up_is_a_fixed_point_and_matches_the_offline_plan(ws: W
     assert_no_unexpected_warnings(ws, since)
 
 
+def test_pulumi_leaves_the_fallback_controllers_taint_alone(ws: Workspace, infra: InfraStack) -> None:
+    """The stock-out fallback's controller taints plan A's flavor by server-side apply under its own field manager
+    (tpu_fallback/fallback/controller.py set_taint, the code the controller runs); `pulumi up`, and `pulumi
+    refresh` followed by `up`, must neither see a change nor take the taint away (ignore_changes on the plan A
+    flavors' spec.nodeTaints)."""
+    since = len(ws.cli.history)
+    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.decide import Config
+    from tpu_fallback.fallback.kube import Kube
+
+    taint_key = "tpu-fallback.dev/plan-a-stockout"
+    controller = Controller(Kube.from_kubeconfig(ws.plane.kubeconfig),
+                            Settings(Config(("on-demand",), ("dws",), 600, 1800, taint_key)))
+
+    def taints() -> list[dict[str, Any]]:
+        flavor = ws.client.get(KUEUE_API, "ResourceFlavor", "on-demand") or {}
+        return list((flavor.get("spec") or {}).get("nodeTaints") or [])
+
+    controller.set_taint("on-demand", "1764583200")
+    taint = {"key": taint_key, "value": "1764583200", "effect": "NoSchedule"}
+    assert taints() == [taint]
+    try:
+        expect_no_changes(ws, ws.repo, INFRA_STACK)
+        ws.pulumi("refresh", "--yes", project=ws.repo, stack=INFRA_STACK)
+        expect_no_changes(ws, ws.repo, INFRA_STACK)
+        up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        assert re.search(r"\d+ unchanged", up.stdout) and not re.search(r"updated|replaced", up.stdout), up.describe()
+        assert taints() == [taint]
+    finally:
+        controller.set_taint("on-demand", None)
+    assert taints() == []
+    ws.pulumi("refresh", "--yes", project=ws.repo, stack=INFRA_STACK)  # the state the later tests start from
+    expect_no_changes(ws, ws.repo, INFRA_STACK)
+    assert_no_unexpected_warnings(ws, since)
+
+
 # --- 3. the jobs project by StackReference -----------------------------------------------------------------
 
 

@@ -80,9 +80,10 @@ def test_tutorial_job_1_on_demand_job_2_dws_job_3_dws(client: KubeClient) -> Non
 
 
 def test_the_system_quota_caps_concurrent_jobs(client: KubeClient) -> None:
-    """Each job's Ray head, autoscaler and submitter take 3 CPU of default-cpu; the tutorial's 10 CPU admits 3 jobs.
-    The head is pinned to the system pool, so it cannot fall back to a TPU flavor: job 4 waits for CPU quota."""
-    *admitted, fourth = run_case(client, Case("cq-system-quota", "system-quota", {}), 4)
+    """Each job's Ray head and submitter take 2.5 CPU of default-cpu; the tutorial's 10 CPU admits 4 jobs.
+    The head is pinned to the system pool, so it cannot fall back to a TPU flavor: job 5 waits for CPU quota."""
+    *admitted, fourth = run_case(client, Case("cq-system-quota", "system-quota", {}), 5)
+    assert len(admitted) == 4
     assert all(scenario.flavors(w)[HEAD] == {"default-cpu"} for w in admitted)
     assert scenario.flavors(fourth) == {}
     message = next(c["message"] for c in fourth["status"]["conditions"] if c["type"] == "QuotaReserved")

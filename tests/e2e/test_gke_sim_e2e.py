@@ -178,7 +178,7 @@ def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Bo
     records: list[gs.JobRecord] = out.facts["records"]
     assert [r.namespace for r in records[:2]] == ["ml-research", "ml-prod"]
     # Plan A's 2 slices take the first two jobs, plan B (capped at 4 slices) the next four; the last two wait for
-    # quota (plan B's cap and the system pool's CPU quota: 6 Ray heads) and go to whichever plan frees up first.
+    # quota (plan B's cap) and go to whichever plan frees up first.
     tpu = [gs.tpu_plan(r, plans(infra, sim)) for r in records]
     assert tpu[:6] == ["on-demand"] * 2 + ["flex-start"] * 4, tpu
     waiting = records[6:]

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.custom_resource import custom_resource
+from tpu_fallback.model.capacity import ON_DEMAND
 from tpu_fallback.model.queues import QueuePlan
 from tpu_fallback.render import kueue as render
 
@@ -44,9 +45,10 @@ class FallbackQueues(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on]), replace))
 
         # The fallback controller taints plan A's flavors on a stock-out (server-side apply, its own field
-        # manager); ignoring the field keeps a `pulumi up` after a `pulumi refresh` from taking the taint away.
+        # manager); ignoring the field there keeps a `pulumi up` after a `pulumi refresh` from taking it away.
         flavors = [custom_resource(f"{name}-flavor-{f.name}", render.resource_flavor(f), pulumi.ResourceOptions(
-            parent=self, depends_on=[args.ready], ignore_changes=["spec.nodeTaints"])) for f in plan.flavors]
+            parent=self, depends_on=[args.ready],
+            ignore_changes=["spec.nodeTaints"] if f.plan == ON_DEMAND else None)) for f in plan.flavors]
         checks: list[pulumi.Resource] = []
         if plan.provisioning_check and args.admission_checks is None:
             config = custom("dws-config", render.provisioning_request_config(plan), [])

@@ -263,7 +263,7 @@ class Controller:
     def _act(self, action: d.Action, snap: d.Snapshot) -> None:
         if isinstance(action, d.ClosePlanA):
             for name in action.flavors:
-                self._set_taint(name, str(int(action.since)))
+                self.set_taint(name, str(int(action.since)))
                 self._event_on_flavor(name, "PlanAStockOut", action.why)
             if action.cause:
                 ns, name = action.cause.split("/", 1)
@@ -272,7 +272,7 @@ class Controller:
             log.info("close plan A (%s): %s", ", ".join(action.flavors), action.why)
         elif isinstance(action, d.ReopenPlanA):
             for name in action.flavors:
-                self._set_taint(name, None)
+                self.set_taint(name, None)
                 self._event_on_flavor(name, "PlanAReopened", action.why)
             self.metrics.add("tpu_fallback_plan_a_reopens_total")
             log.info("reopen plan A (%s): %s", ", ".join(action.flavors), action.why)
@@ -293,7 +293,7 @@ class Controller:
             self.metrics.add("tpu_fallback_moves_to_plan_a_total")
             log.info("move to plan A, step 2 (reactivate): %s", action.why)
 
-    def _set_taint(self, flavor: str, value: str | None) -> None:
+    def set_taint(self, flavor: str, value: str | None) -> None:
         """Our taint on a ResourceFlavor (server-side apply: the field manager owns only this taint), or none."""
         taints = [] if value is None else [{"key": self.settings.decide.taint_key, "value": value,
                                             "effect": "NoSchedule"}]

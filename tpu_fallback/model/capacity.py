@@ -21,9 +21,10 @@ ON_DEMAND_QUOTA_PER_HOST = (10, 19200)
 # The tutorial writes "infinite" as 1e9 of each resource.
 UNLIMITED_AMOUNT = 1000000000
 # What KubeRay adds beside the Ray head on the CPU pool, as Kueue counts it (measured on Kueue 0.19.2 by the
-# end-to-end test): the submitter Job's pod (500m / 200Mi) and, for elastic jobs, the autoscaler sidecar
-# (500m / 512Mi).
-RAY_JOB_OVERHEAD = (Decimal("1"), Decimal(712 * 2**20))
+# end-to-end test): the submitter Job's pod (500m / 200Mi) and, for elastic jobs, the autoscaler sidecar in the
+# head pod (500m / 512Mi).
+SUBMITTER_OVERHEAD = (Decimal("0.5"), Decimal(200 * 2**20))
+AUTOSCALER_OVERHEAD = (Decimal("0.5"), Decimal(512 * 2**20))
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,11 @@ def on_demand_quota(configured: Resources | None, tpu: TpuSlice, max_slices: int
     return Resources(cpu=cpu_per_host * hosts, memory=f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi")
 
 
-def system_pods_per_job(head_request: Resources) -> tuple[Decimal, Decimal]:
+def system_pods_per_job(head_request: Resources, elastic: bool = False) -> tuple[Decimal, Decimal]:
     """cpu and memory (bytes) one Ray job takes from the default-cpu flavor; its quota caps concurrent jobs."""
-    return (parse_quantity(head_request.cpu) + RAY_JOB_OVERHEAD[0],
-            parse_quantity(head_request.memory) + RAY_JOB_OVERHEAD[1])
+    extra = [SUBMITTER_OVERHEAD, *([AUTOSCALER_OVERHEAD] if elastic else [])]
+    return (parse_quantity(head_request.cpu) + sum(cpu for cpu, _ in extra),
+            parse_quantity(head_request.memory) + sum(memory for _, memory in extra))
 
 
 def slice_requests(worker_request: Resources, tpu: TpuSlice) -> tuple[Decimal, Decimal]:

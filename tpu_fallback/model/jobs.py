@@ -252,16 +252,28 @@ def plan_jobs(jobs: tuple[JobSpec, ...], infra: InfraFacts) -> tuple[PlannedJob,
             raise fail(f"{key}.workerRequest", f"cpu={job.worker_request.cpu}, memory={job.worker_request.memory}",
                        f"exceeds one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
         if infra.system_quota is not None:
-            need_cpu, need_memory = capacity.system_pods_per_job(job.head_request)
+            need_cpu, need_memory = capacity.system_pods_per_job(job.head_request, elastic=job.elastic is not None)
+            pods = "submitter and autoscaler" if job.elastic is not None else "submitter"
             quota = infra.system_quota
             if need_cpu > parse_quantity(quota.cpu) or need_memory > parse_quantity(quota.memory):
                 raise fail(f"{key}.headRequest", f"cpu={job.head_request.cpu}, memory={job.head_request.memory}",
-                           f"would never be admitted: with KubeRay's submitter and autoscaler a job takes cpu "
+                           f"would never be admitted: with KubeRay's {pods} a job takes cpu "
                            f"{plain(need_cpu)}, memory {plain(need_memory / 2**20)}Mi of infra stack "
                            f"{infra.stack!r}'s system quota (cpu={quota.cpu}, memory={quota.memory})")
         if job.elastic is not None and infra.multikueue:
             raise fail(f"{key}.elastic", True, f"infra stack {infra.stack!r} dispatches through MultiKueue, "
                        "which does not support elastic jobs; remove elastic")
+        if job.elastic is not None and hosts > 1:
+            # Seen on the real Kueue 0.19.2: a scale-up must stay on its first flavor, and a multi-host slice's
+            # flavor holds exactly one slice, so on plan A it is never admitted; on plan B (DWS) it ends the running
+            # slice and asks for a new, bigger ProvisioningRequest.
+            raise fail(f"{key}.elastic", True, f"a {infra.tpu['topology']} slice spans {hosts} hosts, each slice its "
+                       "own node pool and Kueue flavor, so a scale-up can never be admitted on plan A and would end "
+                       "the running slice on plan B; elastic jobs need a single-host slice (e.g. v6e 2x2); remove "
+                       "elastic")
+        if job.elastic is not None and not infra.flavors.get("onDemand"):
+            raise fail(f"{key}.elastic", True, f"infra stack {infra.stack!r} has no plan A (on-demand) flavor: "
+                       "elastic jobs run on plan A only (DWS cannot grow a running slice); remove elastic")
         replicas = workers // hosts
         if job.elastic is not None and not job.elastic.min_replicas <= replicas <= job.elastic.max_replicas:
             raise fail(f"{key}.elastic", f"{job.elastic.min_replicas}..{job.elastic.max_replicas}",

@@ -776,7 +776,7 @@ def _check_quotas(settings: Settings) -> None:
     if sys_cpu < head_cpu or sys_mem < head_mem:
         raise fail("queues.quotas.system", f"cpu={q.system_quota.cpu}, memory={q.system_quota.memory}",
                    f"must admit one Ray job's CPU pods: its head (cpu={q.head_request.cpu}, "
-                   f"memory={q.head_request.memory}) plus KubeRay's submitter and autoscaler "
+                   f"memory={q.head_request.memory}) plus KubeRay's submitter "
                    f"= cpu {plain(head_cpu)}, memory {plain(head_mem / 2**20)}Mi")
     if settings.on_demand.max_slices > 0:
         need_cpu, need_mem = capacity.slice_requests(q.worker_request, tpu)

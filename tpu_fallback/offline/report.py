@@ -171,7 +171,7 @@ def job_on(settings: Settings, shape: JobShape) -> Job:
     tpu = settings.tpu
     hosts = shape.hosts if shape.hosts is not None else tpu.hosts_per_slice
     slices = hosts // tpu.hosts_per_slice if hosts % tpu.hosts_per_slice == 0 else None
-    system_cpu, system_memory = capacity.system_pods_per_job(shape.head)
+    system_cpu, system_memory = capacity.system_pods_per_job(shape.head, shape.elastic)
     return Job(shape, hosts, slices, (slices or 0) * tpu.chips_per_slice,
                parse_quantity(shape.worker.cpu) * hosts, parse_quantity(shape.worker.memory) * hosts,
                system_cpu, system_memory)
@@ -333,7 +333,8 @@ def capacity_markdown(report: StackReport) -> list[str]:
         else:
             lines.append(f"- One job: {job.slices} slice{'s' if job.slices != 1 else ''} = {job.chips} chips, "
                          f"{job.hosts} workers × {shape.worker.cpu} CPU / {shape.worker.memory}; on `default-cpu` "
-                         f"its Ray head + KubeRay's submitter and autoscaler = {_quantity(job.system_cpu)} CPU / "
+                         f"its Ray head + KubeRay's submitter{' and autoscaler' if shape.elastic else ''} = "
+                         f"{_quantity(job.system_cpu)} CPU / "
                          f"{_gib(job.system_memory)}.")
         for plan in cluster.plans:
             lines.append(f"- {PLAN_NAMES[plan.plan]}: **{plan.runs}** at once ({plan.limit}).")

@@ -35,6 +35,7 @@ class JobShape:
     hosts: int | None
     copies: int
     source: str  # where the shape comes from, for the report
+    elastic: bool = False  # KubeRay's autoscaler sidecar in the head pod
 
 
 def infra_settings(project_dir: Path, stack: str) -> Settings:
@@ -63,8 +64,8 @@ def job_shapes(stack: str, settings: Settings) -> list[JobShape]:
             continue
         if not infra_stack or infra_stack.split("/")[-1] != stack:
             continue
-        found += [JobShape(s.name, s.head_request, s.worker_request, s.workers, s.count, f"jobs stack {jobs_stack}")
-                  for s in specs]
+        found += [JobShape(s.name, s.head_request, s.worker_request, s.workers, s.count, f"jobs stack {jobs_stack}",
+                           s.elastic is not None) for s in specs]
     if found:
         return found
     q = settings.queues

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from tpu_fallback.model.capacity import FLEX_START
-from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
+from tpu_fallback.model.labels import NODEPOOL_LABEL, QUEUED_LABEL, TPU_RESOURCE
 from tpu_fallback.model.quantity import canonical_quantity
 from tpu_fallback.model.queues import COVERED_RESOURCES, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
 from tpu_fallback.model.settings import FallbackSettings, KueueSettings
@@ -88,12 +88,12 @@ def readiness_probe_flavor() -> dict[str, Any]:
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": "ResourceFlavor",
-        "metadata": {"name": flavor.name},
-        "spec": {"nodeLabels": dict(flavor.node_labels)},
-    }
+    """A flavor selecting its pool. Plan B's also declare the taint GKE puts on queued-provisioning nodes, so Kueue
+    gives them only to jobs that tolerate it (every RayJob but an elastic one, which must stay on plan A)."""
+    spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
+    if flavor.plan == FLEX_START:
+        spec["nodeTaints"] = [{"key": QUEUED_LABEL, "value": "true", "effect": "NoSchedule"}]
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec}
 
 
 def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from tpu_fallback.model.labels import (
     ELASTIC_ANNOTATION,
     NODEPOOL_LABEL,
     QUEUE_LABEL,
+    QUEUED_LABEL,
     TOPOLOGY_LABEL,
     TPU_RESOURCE,
 )
@@ -72,6 +73,9 @@ def rayjob(planned: PlannedJob, copy_name: str, infra: InfraFacts) -> dict[str, 
     worker_container["env"] = env
 
     if job.elastic is not None:
+        # Plan A only: without a toleration of the queued-provisioning taint, which the DWS flavors declare, Kueue
+        # never gives an elastic job plan B (a DWS slice cannot grow: a scale-up would replace its request).
+        worker["tolerations"] = [t for t in worker["tolerations"] if t["key"] != QUEUED_LABEL]
         # Kueue rejects enableInTreeAutoscaling on a queued RayJob unless it is marked elastic.
         obj["metadata"]["annotations"] = {ELASTIC_ANNOTATION: "true"}
         spec["rayClusterSpec"]["enableInTreeAutoscaling"] = True
