@@ -82,6 +82,7 @@ TPU_TAINT = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 QUEUED_LABEL = "cloud.google.com/gke-queued"
 QUEUED_TAINT = {"key": QUEUED_LABEL, "value": "true", "effect": "NoSchedule"}
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"  # cluster-autoscaler's taint on nodes it is removing
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # on every new node until the node lifecycle controller sees Ready
 PODS_PER_NODE = 110  # GKE's default maximum pods per node
 COMPONENT = "cluster-autoscaler"
 
@@ -289,6 +290,11 @@ def pools_from_plan(run: ProgramRun) -> list[NodePool]:
         topology = placement.get("tpuTopology")
         hosts = 1
         fam = _tpu_family_of(mach.name)
+        found = fam.machine_type(mach.name) if fam is not None else None
+        if not topology and found is not None and found.single_host_topologies:
+            # A single-host pool has no placementPolicy, yet GKE labels its nodes with the machine type's
+            # topology too (ct6e-standard-4t: cloud.google.com/gke-tpu-topology=2x2).
+            topology = found.single_host_topologies[0]
         if topology and fam is not None:
             chips = math.prod(int(d) for d in topology.split("x"))
             hosts = max(1, chips // mach.tpu_chips)
@@ -795,6 +801,9 @@ class GkeSim:
             pool_size[_node_pool(n)] = pool_size.get(_node_pool(n), 0) + 1
         for up in self._upcoming:
             pool_size[up.pool.name] = pool_size.get(up.pool.name, 0) + up.count
+            # Every pending pod is placed again below, the ones that triggered this scale-up included: start from
+            # empty nodes (keeping what earlier passes subtracted made each pass grow the pool again for them).
+            up.free = [dict(up.pool.machine.allocatable()) for _ in range(up.count)]
         for pod in pending:
             request = pod_requests(pod)
             annotations = pod["metadata"].get("annotations") or {}
@@ -802,7 +811,9 @@ class GkeSim:
             placed = False
             for name, room in free.items():
                 node = node_by_name[name]
-                taints = (node.get("spec") or {}).get("taints") or []
+                # A node still coming up (the API server's not-ready taint) is capacity on its way, as for
+                # cluster-autoscaler: the pod waits for it rather than growing the pool again.
+                taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t["key"] != NOT_READY_TAINT]
                 if selector_matches(pod, node["metadata"].get("labels") or {}) and not untolerated(pod, taints) \
                         and fits(request, room):
                     subtract(room, request)
@@ -816,7 +827,8 @@ class GkeSim:
                     spot: Resources | None = next((r for r in up.free if fits(request, r)), None)
                     if spot is not None:
                         subtract(spot, request)
-                        up.pods.append(pod)
+                        if all(p["metadata"].get("uid") != pod["metadata"].get("uid") for p in up.pods):
+                            up.pods.append(pod)
                         placed = True
                         break
             if placed or annotations.get(CONSUME_ANNOTATION):
