@@ -1,11 +1,14 @@
 """The Helm values this project gives Kueue's chart, against the pinned chart itself (from the Go module).
 
 The chart has no values.schema.json, so Helm ignores a key it does not know: a misspelled or outdated key
-would silently not apply. These tests read the chart build_components.sh copies from sigs.k8s.io/kueue.
+would silently not apply. These tests read the chart build_components.sh copies from sigs.k8s.io/kueue, and
+render it with the dev stack's values through the real Kubernetes provider (engine/chart_render: helm.v4.Chart
+into renderYamlToDirectory, no cluster) to check that what the values say reaches Kueue's objects.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -19,11 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.controlplane import build_components
+from tests.e2e.controlplane import WEBHOOK_SECRET, WEBHOOK_SERVICE, build_components
+from tests.e2e.engine_cli import REPO_ROOT, PulumiCli, build_engine, set_virtualenv
 from tpu_fallback.model.kueue_features import FEATURE_GATES
+from tpu_fallback.model.labels import NODEPOOL_LABEL
 from tpu_fallback.model.settings import KueueSettings
+from tpu_fallback.offline.mockrun import run_program
 from tpu_fallback.render.files import load_template
-from tpu_fallback.render.kueue import kueue_helm_values, kueue_manager_config
+from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_helm_values, kueue_manager_config
 
 pytestmark = pytest.mark.e2e
 
@@ -45,13 +51,21 @@ def key_paths(value: Any, prefix: str = "") -> Iterator[str]:
             yield from key_paths(child, path)
 
 
+# The chart's own free-form maps: anything below them is data, not a chart key.
+FREE_FORM = ("controllerManager.nodeSelector.", "managerConfig.controllerManagerConfigYaml")
+
+
+def unknown_keys(values: dict[str, Any], chart_values: dict[str, Any]) -> list[str]:
+    """The key paths of `values` that the chart's values.yaml does not have (Helm would ignore them)."""
+    known = set(key_paths(chart_values))
+    return [p for p in key_paths(values) if p not in known and not p.startswith(FREE_FORM)]
+
+
 def test_every_value_we_set_is_a_key_of_the_chart(chart_values: dict[str, Any]) -> None:
     ours = kueue_helm_values(KueueSettings(pod_monitoring=True), "default-pool")
-    known = set(key_paths(chart_values))
-    # The chart's own free-form maps: anything below them is data, not a chart key.
-    free_form = ("controllerManager.nodeSelector.", "managerConfig.controllerManagerConfigYaml")
-    unknown = [p for p in key_paths(ours) if p not in known and not p.startswith(free_form)]
+    unknown = unknown_keys(ours, chart_values)
     assert not unknown, f"keys the Kueue chart does not have (Helm would ignore them): {unknown}"
+    known = set(key_paths(chart_values))
     assert "controllerManager.featureGates" in known and "controllerManager.nodeSelector" in known
 
 
@@ -73,3 +87,102 @@ def test_the_feature_gate_list_is_the_pinned_kueues() -> None:
     features = Path(json.loads(listing.stdout)["Dir"]) / "pkg" / "features" / "kube_features.go"
     declared = set(re.findall(r"^\s+([A-Z][A-Za-z0-9]+) featuregate\.Feature = ", features.read_text(), re.M))
     assert declared == FEATURE_GATES[KueueSettings().version]
+
+
+# --- the chart rendered by the real provider -------------------------------------------------------------------
+
+CHART_RENDER = REPO_ROOT / "tests" / "e2e" / "engine" / "chart_render"
+MISSPELT = {"controllerManager": {"featureGatez": [{"name": "TopologyAwareScheduling", "enabled": True}]},
+            "enablePrometeus": True}
+
+
+def released_chart(module_chart: Path, dest: Path, version: str) -> Path:
+    """The chart as Kueue's release publishes it (oci://registry.k8s.io/kueue/charts/kueue): the module's copy
+    with the image set the way hack/helm-chart-package.sh sets it for a promoted version (registry.k8s.io/kueue,
+    the version's tag, IfNotPresent); the module's values.yaml names the staging image of the release branch."""
+    shutil.copytree(module_chart, dest)
+    values_file = dest / "values.yaml"
+    values = yaml.safe_load(values_file.read_text())
+    values["controllerManager"]["manager"]["image"] = {
+        "repository": "registry.k8s.io/kueue/kueue", "tag": f"v{version}", "pullPolicy": "IfNotPresent"}
+    values_file.write_text(yaml.safe_dump(values, sort_keys=False))
+    return dest
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def rendered_objects(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> object, from the files the provider's renderYamlToDirectory wrote."""
+    objects = {}
+    for path in sorted(directory.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                objects[(doc["kind"], doc["metadata"]["name"])] = doc
+    return objects
+
+
+@pytest.fixture(scope="module")
+def provider_render(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The dev stack's Helm values (its Release, from the offline plan) and the same values with two misspelt keys,
+    each rendered by `pulumi up` of engine/chart_render with the real CLI and Kubernetes provider."""
+    engine = build_engine()
+    version = KueueSettings().version
+    root = tmp_path_factory.mktemp("chart-render")
+    chart = released_chart(build_components().kueue_chart, root / "chart", version)
+    release = run_program(REPO_ROOT, "dev").one("kubernetes:helm.sh/v3:Release")
+    assert release.inputs["version"] == version
+    values: dict[str, Any] = release.inputs["values"]
+    project = root / "project"
+    shutil.copytree(CHART_RENDER, project)
+    set_virtualenv(project / "Pulumi.yaml", REPO_ROOT / "venv")
+    renders = {"ours": values, "misspelt": merged(values, MISSPELT)}
+    (project / "renders.json").write_text(json.dumps([
+        {"name": name, "release": release.inputs["name"], "chart": str(chart), "namespace": KUEUE_NAMESPACE,
+         "values": v, "out": str(root / name)}
+        for name, v in renders.items()]))
+    cli = PulumiCli(engine, root / "cli")
+    cli.login()
+    cli.run("stack", "init", "render", cwd=project)
+    cli.run("up", "--yes", "--skip-preview", cwd=project, timeout=300)
+    return {"values": values, "renders": renders, "objects": {n: rendered_objects(root / n) for n in renders}}
+
+
+def test_the_provider_renders_the_configured_feature_gates_node_selector_and_manager_config(
+        provider_render: dict[str, Any]) -> None:
+    values, objects = provider_render["values"], provider_render["objects"]["ours"]
+    deployment = objects[("Deployment", "kueue-controller-manager")]
+    pod = deployment["spec"]["template"]["spec"]
+    (manager,) = [c for c in pod["containers"] if c["name"] == "manager"]
+    gates = [a for a in manager["args"] if a.startswith("--feature-gates=")]
+    configured = {g["name"]: g["enabled"] for g in values["controllerManager"]["featureGates"]}
+    assert configured, "the dev stack turns Kueue feature gates on (kueue.featureGates)"
+    assert len(gates) == 1, manager["args"]
+    assert dict(kv.split("=") for kv in gates[0].removeprefix("--feature-gates=").split(",")) == {
+        name: str(enabled).lower() for name, enabled in configured.items()}
+    assert pod["nodeSelector"] == {NODEPOOL_LABEL: "default-pool"}  # the dev stack's system pool
+    assert manager["image"] == f"registry.k8s.io/kueue/kueue:v{KueueSettings().version}"
+    # The manager config Kueue reads is the one the values carry (waitForPodsReady for the fallback included), plus
+    # the chart's internal cert management named after the release: the Secret and Service the harness's control
+    # plane gives Kueue (controlplane.py) are those names.
+    config_map = objects[("ConfigMap", "kueue-manager-config")]
+    (config_text,) = config_map["data"].values()
+    ours = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    assert "waitForPodsReady" in ours and "internalCertManagement" not in ours
+    assert yaml.safe_load(config_text) == {**ours, "internalCertManagement": {
+        "enable": True, "webhookServiceName": WEBHOOK_SERVICE, "webhookSecretName": WEBHOOK_SECRET}}
+
+
+def test_a_misspelt_values_key_changes_nothing_so_the_key_check_must_catch_it(
+        provider_render: dict[str, Any], chart_values: dict[str, Any]) -> None:
+    renders, objects = provider_render["renders"], provider_render["objects"]
+    # Helm ignores keys the chart does not know: the render with the misspelt keys is the same object for object.
+    assert objects["misspelt"] == objects["ours"]
+    # So the key check is what fails on them, and it passes the values the dev stack really sends.
+    assert sorted(unknown_keys(renders["misspelt"], chart_values)) == [
+        "controllerManager.featureGatez", "enablePrometeus"]
+    assert unknown_keys(renders["ours"], chart_values) == []
