@@ -64,10 +64,11 @@ DEFAULT_TAINT_KEY = "tpu-fallback.dev/plan-a-stockout"
 PLAN_A_POOL = gs.PLAN_A_POOL  # on-demand-pool (dev stack)
 PLAN_B_POOL = gs.PLAN_B_POOL  # dws-pool
 
-# Real seconds (Kueue and the controller run on the wall clock). stockoutAfter must stay above what a healthy
-# plan A start takes here (a 1.8 s scale-up, then KubeRay creating the pods: seconds on a loaded machine), since
-# Kueue's PodsReady timeout applies to every admitted job.
-FALLBACK_SETTINGS: Mapping[str, Any] = {"enabled": True, "stockoutAfter": "15s", "coolDown": "45s",
+# Real seconds (Kueue and the controller run on the wall clock). stockoutAfter must stay well above what a healthy
+# start takes here (a 1.8 s scale-up or a DWS booking, then KubeRay creating the pods: seconds, but more with three
+# clusters busy on 2 cores), since Kueue's PodsReady timeout (stockoutAfter + 15 s) applies to every admitted job:
+# with 15 s, a plan B job once missed it in a parallel run and was requeued.
+FALLBACK_SETTINGS: Mapping[str, Any] = {"enabled": True, "stockoutAfter": "20s", "coolDown": "45s",
                                         "pollInterval": "1s", "requeueBackoff": "1s"}
 FALLBACK = gs.Stack("dev", {"fallback": dict(FALLBACK_SETTINGS)})
 NO_FALLBACK = gs.Stack("dev", {"fallback": {"enabled": False}})  # the tutorial's setup

@@ -4,7 +4,7 @@ The cluster is gke_sim's (real etcd, kube-apiserver, kube-controller-manager, ku
 Kueue 0.19.2, all from Go modules), with Kueue running the `waitForPodsReady` block of the stack's offline plan
 and the fallback controller (`python -m tpu_fallback.fallback`) as a subprocess with the plan's config.json; see
 tests/e2e/fallback_scenarios.py. The stack is dev with short fallback times (fallback_scenarios.FALLBACK:
-stockoutAfter 15 s, coolDown 45 s, poll 1 s, requeue backoff 1 s; real seconds, since Kueue and the controller run
+stockoutAfter 20 s, coolDown 45 s, poll 1 s, requeue backoff 1 s; real seconds, since Kueue and the controller run
 on the wall clock). One cluster for the module (reset between tests; TPU_FALLBACK_GKE_FRESH=1: one per test), a
 fresh controller per test. Run one alone with e.g.
 `venv/bin/python -m pytest tests/e2e/test_stockout_fallback_e2e.py -m e2e -s -k stockout`.
