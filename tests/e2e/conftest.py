@@ -13,8 +13,13 @@ no longer reads: the groups are silently ignored.)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.e2e.fallback_scenarios import FallbackBox
 
 # Warm wall seconds of each module run alone on 2 cores (2026-12-01); only the order matters.
 SCHEDULE = (
@@ -42,3 +47,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if "e2e" in item.keywords:
                 item.add_marker(skip)
     items.sort(key=_rank)  # stable: the order within a module (and of the unit tests) stays the file order
+
+
+@pytest.fixture(scope="module")
+def fallback_box() -> Iterator[FallbackBox]:
+    """The stock-out modules' simulated GKE with Kueue's waitForPodsReady: one per module, reset between tests."""
+    from tests.e2e.fallback_scenarios import FallbackBox  # only where a test asks for it
+
+    cluster_box = FallbackBox()
+    try:
+        yield cluster_box
+    finally:
+        cluster_box.close()

@@ -12,7 +12,7 @@ fresh controller per test. Run one alone with e.g.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -24,15 +24,6 @@ pytestmark = pytest.mark.e2e
 
 PLAN_A, PLAN_B = "on-demand", "dws"  # the dev stack's TPU flavors
 PLAN_A_POOL, PLAN_B_POOL = fs.PLAN_A_POOL, fs.PLAN_B_POOL
-
-
-@pytest.fixture(scope="module")
-def box() -> Iterator[fs.FallbackBox]:
-    cluster_box = fs.FallbackBox()
-    try:
-        yield cluster_box
-    finally:
-        cluster_box.close()
 
 
 def report(outcome: gs.Outcome) -> None:
@@ -62,23 +53,24 @@ def assert_ran_once(job: Mapping[str, Any]) -> None:
     assert job["succeeded"] in (None, 1), job
 
 
-def test_kueue_runs_with_the_plans_wait_for_pods_ready(box: fs.FallbackBox) -> None:
+def test_kueue_runs_with_the_plans_wait_for_pods_ready(fallback_box: fs.FallbackBox) -> None:
     """The Kueue under test has the block the plan's Helm values ship (its log prints the loaded Configuration)."""
-    block = box.wait_for_pods_ready
+    block = fallback_box.wait_for_pods_ready
     assert block is not None, "the plan's Kueue Helm values have no waitForPodsReady"
-    config = fs.controller_config(box.infra)
+    config = fs.controller_config(fallback_box.infra)
     assert fs.parse_duration(block["timeout"]) > config["stockoutAfterSeconds"], (block, config)
     assert block.get("blockAdmission") is False, block
     assert block["requeuingStrategy"]["timestamp"] == "Creation", block
-    with box.scenario(controller=False) as env:
+    with fallback_box.scenario(controller=False) as env:
         assert env.plane.kueue_configuration()["waitForPodsReady"] == block
         loaded = next(line for line in env.plane.kueue_log.read_text().splitlines() if "Configuration loaded" in line)
     assert "waitForPodsReady" in loaded, loaded
     assert f"timeout: {block['timeout']}" in loaded.replace('\\n', '\n'), loaded
 
 
-def test_plan_a_stockout_job_1_falls_back_new_jobs_skip_plan_a_then_plan_a_reopens(box: fs.FallbackBox) -> None:
-    with box.scenario() as env:
+def test_plan_a_stockout_job_1_falls_back_new_jobs_skip_plan_a_then_plan_a_reopens(
+        fallback_box: fs.FallbackBox) -> None:
+    with fallback_box.scenario() as env:
         out = fs.run_stockout_fallback(env)
         report(out)
     facts = out.facts
@@ -128,9 +120,9 @@ def test_plan_a_stockout_job_1_falls_back_new_jobs_skip_plan_a_then_plan_a_reope
     assert metrics.get("tpu_fallback_moves_to_plan_a_total") == 0, metrics
 
 
-def test_plan_a_quota_full_falls_back_as_before_and_never_taints(box: fs.FallbackBox) -> None:
+def test_plan_a_quota_full_falls_back_as_before_and_never_taints(fallback_box: fs.FallbackBox) -> None:
     """The tutorial (2 jobs, dev stack) with the fallback on: plan A's quota takes job 1, job 2 goes to dws."""
-    with box.scenario() as env:
+    with fallback_box.scenario() as env:
         out = fs.run_quota_fallback(env)
         report(out)
     facts = out.facts

@@ -8,7 +8,7 @@ two halves side by side. Run one alone with e.g.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -28,17 +28,8 @@ from tests.e2e.test_stockout_fallback_e2e import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def box() -> Iterator[fs.FallbackBox]:
-    cluster_box = fs.FallbackBox()
-    try:
-        yield cluster_box
-    finally:
-        cluster_box.close()
-
-
-def test_move_back_to_plan_a_when_it_frees_never_once_dws_capacity_arrived(box: fs.FallbackBox) -> None:
-    with box.scenario() as env:
+def test_move_back_to_plan_a_when_it_frees_never_once_dws_capacity_arrived(fallback_box: fs.FallbackBox) -> None:
+    with fallback_box.scenario() as env:
         out = fs.run_move_back(env)
         report(out)
     assert_move_back(out.facts)
@@ -71,8 +62,8 @@ def assert_move_back(facts: Mapping[str, Any]) -> None:
     assert facts["metrics"].get("tpu_fallback_moves_to_plan_a_total") == 1, facts["metrics"]
 
 
-def test_controller_killed_right_after_the_taint_the_job_still_falls_back_once(box: fs.FallbackBox) -> None:
-    with box.scenario() as env:
+def test_controller_killed_right_after_the_taint_the_job_still_falls_back_once(fallback_box: fs.FallbackBox) -> None:
+    with fallback_box.scenario() as env:
         out = fs.run_restart_during_stockout(env)
         report(out)
     facts = out.facts
@@ -95,8 +86,8 @@ def test_controller_killed_right_after_the_taint_the_job_still_falls_back_once(b
     assert events_on(facts, fs.REOPENED_EVENT, "ResourceFlavor", PLAN_A) == 1, facts["events"]
 
 
-def test_controller_killed_in_the_middle_of_a_move_back_the_move_completes(box: fs.FallbackBox) -> None:
-    with box.scenario() as env:
+def test_controller_killed_in_the_middle_of_a_move_back_the_move_completes(fallback_box: fs.FallbackBox) -> None:
+    with fallback_box.scenario() as env:
         out = fs.run_move_back(env, kill_after_deactivation=True)
         report(out)
     facts = out.facts
