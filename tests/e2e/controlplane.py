@@ -3,14 +3,23 @@
     with ControlPlane() as cp:
         cp.client.apply({...})
 
-`ControlPlane` runs `build_components.sh` (which reuses the cached binaries and manifests), then, in a
-temporary directory: etcd and kube-apiserver on 127.0.0.1 free ports, a kube-controller-manager with the
-controllers the tests need, the CRDs of Kueue, KubeRay and the ProvisioningRequest API (copied from their Go
-modules by build_components.sh and listed in its bin.env; $TPU_FALLBACK_CRDS or `crd_dirs=` overrides them),
-Kueue's own admission and conversion webhooks rewritten to `url: https://127.0.0.1:<port>/...`, and the
-Kueue controller. It is ready when Kueue's /readyz answers, a server-side dry-run create of a ResourceFlavor
-passes through Kueue's webhooks (the idea of the project's readiness gate, tpu_fallback/components/kueue.py), and the
-controller manager is healthy and has created the `default` ServiceAccount.
+`ControlPlane` runs `build_components.sh` (which reuses the cached binaries and manifests), then, in a temporary
+directory: etcd and kube-apiserver on 127.0.0.1 free ports, a kube-controller-manager with the controllers the tests
+need, the CRDs of Kueue, KubeRay and the ProvisioningRequest API (copied from their Go modules by
+build_components.sh and listed in its bin.env; $TPU_FALLBACK_CRDS or `crd_dirs=` overrides them), Kueue's own
+admission and conversion webhooks rewritten to `url: https://127.0.0.1:<port>/...` (an EndpointSlice may not name a
+loopback address, so a Service cannot lead to Kueue here), and the Kueue controller. It is ready when Kueue's
+/readyz answers, a server-side dry-run create of a ResourceFlavor passes through Kueue's webhooks (the idea of the
+project's readiness gate, tpu_fallback/components/kueue.py), and the controller manager is healthy and has created
+the `default` ServiceAccount.
+
+Cluster seeds. Creating the CRDs costs kube-apiserver ≈12 CPU-seconds (the KubeRay CRDs' embedded pod templates),
+and the certificates ≈1 s of openssl. So the first control plane with a given set of CRDs (and kube-apiserver and
+etcd versions) builds a *seed* under the cache directory: an etcd data directory in which a kube-apiserver created
+those CRDs, and the CA and serving certificates the CRDs' caBundle names. Every later control plane starts etcd on a
+copy of it (and makes its own service-account key and admin token), so its API server finds the CRDs in storage; it
+only points the five conversion webhooks at its own Kueue port (the seed's URLs name port SEED_WEBHOOK_PORT). A seed
+is rebuilt after SEED_MAX_AGE (its certificates last 400 days).
 
 With `gke=True` (or a `GkeOptions`) it also runs what a GKE cluster has besides Kueue: kube-scheduler, the KWOK
 controller (fake nodes and pods: it manages the nodes annotated `kwok.x-k8s.io/node: fake` and their pods with
@@ -38,7 +47,9 @@ import base64
 import contextlib
 import copy
 import ctypes
+import fcntl
 import functools
+import hashlib
 import json
 import os
 import secrets
@@ -113,6 +124,17 @@ DEFAULT_FRAMEWORKS = ("batch/job", "ray.io/rayjob")
 SYSTEM_NAMESPACES = ("kube-system", KUEUE_NAMESPACE)
 
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL
+# The Go runtime settings every component (and the Pulumi engine, engine_cli.py) runs with: a garbage collection at
+# 5x the live heap instead of 2x, capped by a soft memory limit. kube-apiserver spends much of its CPU collecting
+# the garbage of the big CRDs and list answers; this takes a seeded cluster start from ≈15 to ≈10 CPU-seconds. The
+# suite is CPU-bound on 2 cores (tests/e2e/NOTES.md) and memory is plentiful; behaviour is unchanged.
+GO_RUNTIME_ENV: Mapping[str, str] = {"GOGC": "400", "GOMEMLIMIT": "1536MiB"}
+# Cluster seeds (see the module docstring): bump SEED_FORMAT when what a seed holds changes.
+SEED_FORMAT = 1
+SEED_WEBHOOK_PORT = 1  # in the seeded conversion webhook URLs; each cluster patches in its own
+SEED_MAX_AGE = 30 * 24 * 3600.0  # seconds; the certificates last 400 days
+SEED_STAMP = "seed.json"  # written last: a seed without it is incomplete
+CLUSTER_CREDENTIALS = ("sa.key", "sa.pub", "tokens.csv")  # made per cluster, not kept in a seed
 # libyaml's loader parses the 4 MB of CRDs in ~0.3 s instead of ~2.8 s.
 _YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -288,10 +310,31 @@ def with_conversion_webhook(crd: Mapping[str, Any], base_url: str, ca_bundle: st
     if out["metadata"]["name"] in CONVERSION_CRDS:
         out["spec"]["conversion"] = {
             "strategy": "Webhook",
-            "webhook": {"clientConfig": {"url": f"{base_url}/convert", "caBundle": ca_bundle},
+            "webhook": {"clientConfig": {"url": conversion_url(base_url), "caBundle": ca_bundle},
                         "conversionReviewVersions": ["v1"]},
         }
     return out
+
+
+def conversion_url(base_url: str) -> str:
+    return f"{base_url}/convert"
+
+
+def seed_key(comps: Components, crds: Sequence[Mapping[str, Any]]) -> str:
+    """Names the seed of these CRDs (their content) under these kube-apiserver and etcd versions."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"format": SEED_FORMAT, "kube": comps.versions.get("KUBE_VERSION"),
+                              "etcd": comps.versions.get("ETCD_VERSION")}, sort_keys=True).encode())
+    for crd in crds:
+        digest.update(json.dumps(crd, sort_keys=True, default=str).encode())
+    return f"{comps.versions.get('KUBE_VERSION', 'kube')}-{digest.hexdigest()[:16]}"
+
+
+def _fresh_seed(path: Path) -> bool:
+    try:
+        return time.time() - (path / SEED_STAMP).stat().st_mtime < SEED_MAX_AGE
+    except OSError:
+        return False
 
 
 def free_port() -> int:
@@ -548,17 +591,20 @@ class ControlPlane:
         with self._phase("build_components"):
             self.components = comps = build_components()
         self._resolve_crd_dirs(comps)
+        crds = load_crds(self.crd_dirs)
+        self._check_required_crds(crds)
+        with self._phase("seed"):
+            seed = self._seed(comps, crds)
         self._workdir = Path(tempfile.mkdtemp(prefix="tpu-fallback-e2e-"))
-        self.pki.mkdir()
         with self._phase("etcd+certs"):
+            shutil.copytree(seed / "etcd-data", self.workdir / "etcd-data")
             etcd_url = self._start_etcd(comps)
-            self._make_certs()
+            shutil.copytree(seed / "pki", self.pki)
+            self._make_cluster_credentials()
             self._wait(lambda: _http_ok(f"{etcd_url}/health", b'"health":"true"'), 30, "etcd /health")
         with self._phase("apiserver"):
             self._start_apiserver(comps, etcd_url)
             self._client = KubeClient(self.server, self.ca_file, self.token)
-            crds = load_crds(self.crd_dirs)  # while the API server starts
-            self._check_required_crds(crds)
             self._wait(self._apiserver_ready, self.timeout, "kube-apiserver /readyz")
         with self._phase("controller_manager_start"):  # it gets ready while the CRDs go in
             self._write_kubeconfig()
@@ -569,11 +615,11 @@ class ControlPlane:
                 self._start_kwok(comps, self.gke)
         self.webhook_port, self.health_port = free_port(), free_port()
         base_url = f"https://127.0.0.1:{self.webhook_port}"
-        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
-        with self._phase("crds"):
-            self._install_crds(crds, base_url, ca_bundle)
+        with self._phase("crds"):  # in storage since the seed: served once the API server has loaded them
+            self._point_conversion_webhooks(base_url)
+            self._wait_crds_served(self.client, [with_conversion_webhook(c, base_url, "") for c in crds])
         with self._phase("kueue_objects"):
-            self._install_kueue_objects(comps, base_url, ca_bundle)
+            self._install_kueue_objects(comps, base_url)
         with self._phase("kueue"):
             if self.gke is not None:  # it needs the Ray CRDs; it gets ready while Kueue starts
                 self._start_kuberay(comps, self.gke)
@@ -599,7 +645,7 @@ class ControlPlane:
         with log.open("wb") as out:
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                      cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent,
-                                     env=dict(env) if env is not None else None)
+                                     env={**(os.environ if env is None else env), **GO_RUNTIME_ENV})
         proc = _Process(name, popen, log)
         self._procs.append(proc)
         return proc
@@ -620,8 +666,68 @@ class ControlPlane:
         if proc.returncode != 0:
             raise RuntimeError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
 
-    def _make_certs(self) -> None:
-        """CA, API server and webhook serving certs, service-account key pair, static token file."""
+    # --- seeds ------------------------------------------------------------------------------------------------
+
+    def _seed(self, comps: Components, crds: Sequence[Mapping[str, Any]]) -> Path:
+        """The seed directory for these CRDs and versions (`etcd-data/`, `pki/`), built first if missing or old."""
+        key = seed_key(comps, crds)
+        root = cache_dir() / "cluster-seeds"
+        dest = root / key
+        if _fresh_seed(dest):
+            return dest
+        root.mkdir(parents=True, exist_ok=True)
+        with (root / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (xdist workers share the cache)
+            if not _fresh_seed(dest):
+                self._build_seed(comps, crds, dest)
+        return dest
+
+    def _build_seed(self, comps: Components, crds: Sequence[Mapping[str, Any]], dest: Path) -> None:
+        """Certificates, then etcd and kube-apiserver in a temporary directory; the CRDs go in; both stop cleanly,
+        and the directory (etcd's data and the certificates, nothing else) is moved to `dest` whole."""
+        builder = ControlPlane(crd_dirs=self.crd_dirs, timeout=self.timeout)
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+        builder._workdir = tmp
+        try:
+            builder.pki.mkdir()
+            builder._make_seed_certs()
+            builder._make_cluster_credentials()
+            url = builder._start_etcd(comps)
+            builder._wait(lambda: _http_ok(f"{url}/health", b'"health":"true"'), 30, "etcd /health (seed)")
+            builder._start_apiserver(comps, url)
+            builder._client = client = KubeClient(builder.server, builder.ca_file, builder.token)
+            builder._wait(builder._apiserver_ready, self.timeout, "kube-apiserver /readyz (seed)")
+            ca_bundle = base64.b64encode(builder.ca_file.read_bytes()).decode()
+            installed = [with_conversion_webhook(c, f"https://127.0.0.1:{SEED_WEBHOOK_PORT}", ca_bundle)
+                         for c in crds]
+            for crd in installed:
+                client.create(crd)
+            self._wait_crds_served(client, installed)
+            for proc in reversed(builder._procs):
+                proc.stop()
+                if proc.popen.returncode not in (0, -signal.SIGTERM):
+                    raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} while the seed was saved")
+            builder._procs.clear()
+            for path in tmp.iterdir():
+                if path.name not in ("etcd-data", "pki"):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            for name in CLUSTER_CREDENTIALS:
+                (builder.pki / name).unlink()
+            (tmp / SEED_STAMP).write_text(json.dumps({
+                "crds": [c["metadata"]["name"] for c in crds], "versions": dict(comps.versions)}, indent=2))
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+        except BaseException as err:
+            if not isinstance(err, KeyboardInterrupt):
+                err.add_note(f"while building the cluster seed {dest}:\n{builder.logs_tail()}")
+            for proc in reversed(builder._procs):
+                proc.stop(grace=0)
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _make_seed_certs(self) -> None:
+        """CA, API server and webhook serving certs (kept in the seed: the seeded CRDs' caBundle is this CA)."""
         days = "400"  # beyond the cert rotator's 90-day look-ahead, or it would replace our certs
         # One CA for everything. SAN DNS:kueue-ca because Kueue's rotator verifies the CA against that name.
         # The rotator parses ca.key as PKCS#1 ("BEGIN RSA PRIVATE KEY"), hence -traditional.
@@ -636,6 +742,9 @@ class ControlPlane:
             "DNS:kubernetes.default.svc"])
         self._serving_cert("webhook", f"{WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc", days, [
             f"DNS:{WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc", "IP:127.0.0.1", "DNS:localhost"])
+
+    def _make_cluster_credentials(self) -> None:
+        """This cluster's own: the service-account key pair, the admin token file, the webhook cert dir."""
         self._openssl("genrsa", "-out", "sa.key", "2048")
         self._openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
         (self.pki / "tokens.csv").write_text(f'{self.token},e2e-admin,e2e-admin,"system:masters"\n')
@@ -793,12 +902,8 @@ class ControlPlane:
                 f"{', '.join(missing)}; unset {CRDS_ENV} to use the ones build_components.sh copies from the "
                 "Go modules of Kueue, KubeRay and cluster-autoscaler")
 
-    def _install_crds(self, loaded: list[dict[str, Any]], base_url: str, ca_bundle: str) -> None:
-        crds = [with_conversion_webhook(c, base_url, ca_bundle) for c in loaded]
-        client = self.client
-        for crd in crds:
-            client.apply(crd)
-
+    @staticmethod
+    def _wait_crds_served(client: KubeClient, crds: Sequence[Mapping[str, Any]]) -> None:
         def established(crd: Mapping[str, Any]) -> bool:
             got = client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"])
             conds = (got or {}).get("status", {}).get("conditions", [])
@@ -812,9 +917,18 @@ class ControlPlane:
                     gv = f"{group}/{version['name']}"
                     wait_for(functools.partial(client.serves, gv, kind), 60, f"discovery of {kind} in {gv}")
 
-    def _install_kueue_objects(self, comps: Components, base_url: str, ca_bundle: str) -> None:
+    def _point_conversion_webhooks(self, base_url: str) -> None:
+        """Each CRD of CONVERSION_CRDS gets its conversion webhook URL (the seed's names SEED_WEBHOOK_PORT)."""
+        client = self.client
+        res = client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        patch = {"spec": {"conversion": {"webhook": {"clientConfig": {"url": conversion_url(base_url)}}}}}
+        for name in CONVERSION_CRDS:
+            client.request("PATCH", res.path(name), patch, content_type="application/merge-patch+json")
+
+    def _install_kueue_objects(self, comps: Components, base_url: str) -> None:
         client = self.client
         client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
         pki = self.pki
         data = {"ca.crt": pki / "ca.crt", "ca.key": pki / "ca.key",
                 "tls.crt": pki / "webhook.crt", "tls.key": pki / "webhook.key"}

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.controlplane import GO_RUNTIME_ENV
 from tests.e2e.kube import KubeClient, KubeError
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -209,6 +210,9 @@ class PulumiCli:
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
             PULUMI_CONFIG_PASSPHRASE=self.passphrase,
         )
+        env.update(GO_RUNTIME_ENV)  # the CLI and the Kubernetes provider are Go programs too
+        # The Python host runs `pip list` before every preview and up; pip's version check would look for PyPI.
+        env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         return env
 
     def login(self) -> Run:
