@@ -6,12 +6,13 @@
 #   kube-controller-manager  k8s.io/kubernetes, the same wrapper module (./apiserver/cmd/kube-controller-manager)
 #   kube-scheduler           k8s.io/kubernetes, the same wrapper module (./apiserver/cmd/kube-scheduler)
 #   etcd                     go.etcd.io/etcd/server/v3, through the wrapper module in ./etcd
-#   kueue                    sigs.k8s.io/kueue/cmd/kueue, with `go install module@version`,
+#   kueue                    sigs.k8s.io/kueue/cmd/kueue, through the wrapper module in ./controllers,
 #                            plus its CRDs, webhook manifests and Helm chart from the same module
 #   crds                     KubeRay's CRDs (github.com/ray-project/kuberay/ray-operator) and the
 #                            ProvisioningRequest CRD (k8s.io/autoscaler/cluster-autoscaler/apis)
 #   kwok                     the KWOK controller (fake nodes and pods), sigs.k8s.io/kwok/cmd/kwok,
-#                            with `go install module@version`, plus its Stage manifests
+#                            the same wrapper module (one module graph: see its go.mod), plus its
+#                            Stage manifests
 #   kuberay                  the KubeRay operator, github.com/ray-project/kuberay/ray-operator, with
 #                            `go install module@version` (the same version as the KubeRay CRDs)
 #
@@ -38,12 +39,14 @@
 #                                      [kwok] [kuberay]
 #   (no argument: all eight; bin.env lists only what is built or cached)
 #
-# Versions: kube-apiserver, kube-controller-manager and etcd are pinned by the
-# go.mod of their wrapper module (bump there and re-run `go mod tidy`), and so is
-# kube-scheduler; Kueue by KUEUE_VERSION, KWOK by KWOK_VERSION and KubeRay (CRDs
-# and operator) by KUBERAY_VERSION below, overridable from the
-# environment; the ProvisioningRequest API is taken at the version Kueue's own
-# go.mod requires (PROVREQ_VERSION overrides it).
+# Versions: kube-apiserver, kube-controller-manager, kube-scheduler and etcd are
+# pinned by the go.mod of their wrapper module (bump there and re-run `go mod
+# tidy`), and so are Kueue and KWOK (./controllers/go.mod); KubeRay (CRDs and
+# operator) by KUBERAY_VERSION below, overridable from the environment; the
+# ProvisioningRequest API is taken at the version Kueue's own go.mod requires
+# (PROVREQ_VERSION overrides it). The Kueue and KWOK binaries are cached under
+# their version plus a digest of ./controllers/go.sum, so a change of what they
+# are built with rebuilds them.
 #
 # A cold build takes a long while on 2 cores (see NOTES.md) and fills the Go
 # module and build caches with a few GiB.
@@ -51,14 +54,11 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${TPU_FALLBACK_E2E_CACHE:-$HOME/.cache/tpu-fallback-e2e}
-KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 # KubeRay: GKE does not publish the version its Ray add-on runs, so the newest
 # ray-operator release the proxy serves (v1.7.0 and later give 403), which is
 # also the version Kueue v0.19.2's go.mod requires.
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 KUBERAY_MODULE=github.com/ray-project/kuberay/ray-operator
-# KWOK: v0.8.0 is the newest release the proxy serves; it requires k8s.io/* v0.36.1 (kubernetes here is 1.36).
-KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 PROVREQ_MODULE=k8s.io/autoscaler/cluster-autoscaler/apis
 PROVREQ_VERSION=${PROVREQ_VERSION:-}  # default: what Kueue's go.mod requires
 
@@ -92,8 +92,14 @@ mod_version() {
 
 KUBE_VERSION=$(mod_version "$HERE/apiserver/go.mod" k8s.io/kubernetes)
 ETCD_VERSION=$(mod_version "$HERE/etcd/go.mod" go.etcd.io/etcd/server/v3)
+# KWOK v0.8.0 is the newest release the proxy serves.
+KUEUE_VERSION=$(mod_version "$HERE/controllers/go.mod" sigs.k8s.io/kueue)
+KWOK_VERSION=$(mod_version "$HERE/controllers/go.mod" sigs.k8s.io/kwok)
 [[ -n "$KUBE_VERSION" ]] || die "cannot read the k8s.io/kubernetes version from apiserver/go.mod"
 [[ -n "$ETCD_VERSION" ]] || die "cannot read the etcd version from etcd/go.mod"
+[[ -n "$KUEUE_VERSION" && -n "$KWOK_VERSION" ]] || die "cannot read the Kueue and KWOK versions from controllers/go.mod"
+# The cache key of the binaries built in ./controllers: their version and what they are built with.
+CONTROLLERS_SUM=$(sha256sum "$HERE/controllers/go.sum" | cut -c1-12)
 
 # kubernetes vX.Y.Z needs every k8s.io staging module replaced at v0.Y.Z.
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
@@ -168,9 +174,9 @@ build_scheduler() { # TMPDIR VERSION
 }
 
 build_kwok() { # TMPDIR VERSION
-  # KWOK's go.mod has no replace directives, so go install module@version works. pkg/consts.Version is a
-  # constant (0.8.0 in v0.8.0), so there is nothing to stamp.
-  (cd "$1" && GOBIN="$1" "$GO" install "${BUILD_FLAGS[@]}" -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$2")
+  # pkg/consts.Version is a constant (0.8.0 in v0.8.0), so there is nothing to stamp.
+  (cd "$HERE/controllers" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly -ldflags "-s -w" \
+      -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok)
 }
 
 build_kuberay() { # TMPDIR VERSION
@@ -185,10 +191,9 @@ build_etcd() { # TMPDIR VERSION
 }
 
 build_kueue() { # TMPDIR VERSION
-  # Kueue's go.mod has no replace directives, so go install module@version works.
-  (cd "$1" && GOBIN="$1" "$GO" install "${BUILD_FLAGS[@]}" \
-      -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$2" \
-      "sigs.k8s.io/kueue/cmd/kueue@$2")
+  (cd "$HERE/controllers" && "$GO" build "${BUILD_FLAGS[@]}" -mod=readonly \
+      -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      -o "$1/kueue" sigs.k8s.io/kueue/cmd/kueue)
 }
 
 # module_dir MODULE VERSION: the module's source directory in the module cache
@@ -339,7 +344,7 @@ for c in "${want[@]}"; do
       build_component kube-scheduler "$KUBE_VERSION" kube-scheduler build_scheduler
       KUBE_SCHEDULER=$RESULT ;;
     kwok)
-      build_component kwok "$KWOK_VERSION" kwok build_kwok
+      build_component kwok "$KWOK_VERSION-$CONTROLLERS_SUM" kwok build_kwok
       KWOK=$RESULT
       kwok_stages "$KWOK_VERSION"
       KWOK_STAGES_DIR=$RESULT ;;
@@ -350,7 +355,7 @@ for c in "${want[@]}"; do
       build_component etcd "$ETCD_VERSION" etcd build_etcd
       ETCD=$RESULT ;;
     kueue)
-      build_component kueue "$KUEUE_VERSION" kueue build_kueue
+      build_component kueue "$KUEUE_VERSION-$CONTROLLERS_SUM" kueue build_kueue
       KUEUE=$RESULT
       kueue_manifests "$KUEUE_VERSION"
       KUEUE_CRD_DIR=$RESULT ;;
