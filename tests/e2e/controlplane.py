@@ -337,6 +337,13 @@ def _fresh_seed(path: Path) -> bool:
         return False
 
 
+def _remove_stale_seeds(root: Path, keep: Path) -> None:
+    """Seeds past SEED_MAX_AGE and builds a crash left behind (the caller holds the lock: no build is running)."""
+    for path in root.iterdir():
+        if path.is_dir() and path != keep and not _fresh_seed(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -680,6 +687,7 @@ class ControlPlane:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time (xdist workers share the cache)
             if not _fresh_seed(dest):
                 self._build_seed(comps, crds, dest)
+                _remove_stale_seeds(root, keep=dest)
         return dest
 
     def _build_seed(self, comps: Components, crds: Sequence[Mapping[str, Any]], dest: Path) -> None:

@@ -284,6 +284,7 @@ def run_scale_up_down(client: KubeClient, sim: GkeSim, infra: ProgramRun) -> gs.
     watch.wait(lambda: len(running_on(worker_pods(client, job), watch)) == 1 and job.running is not None, 60,
                f"{job.key}: head and 1 worker Running")
     facts["workers_before"] = running_on(worker_pods(client, job), watch)
+    watch.poll()  # the pool's nodes from after the workers were seen Running (the last poll may predate a node)
     facts["pool_before"] = watch.pool_size(PLAN_A_POOL)
     facts["usage_before"] = flavor_usage(client)
     rc = ray_cluster(client, job) or {}
@@ -306,6 +307,7 @@ def run_scale_up_down(client: KubeClient, sim: GkeSim, infra: ProgramRun) -> gs.
     facts["scale_up_admitted_after"] = (second.admitted or t_up) - t_up
     facts["scale_up_running_after"] = watch.now() - t_up
     facts["workers_after_up"] = running_on(worker_pods(client, job), watch)
+    watch.poll()  # as above: under load the last poll predated the second node once (pool size 1, workers on 2)
     facts["pool_after_up"] = watch.pool_size(PLAN_A_POOL)
     watch.wait(lambda: first is not None and watch.slices[job.key][first.name].finished is not None, 30,
                f"{job.key}: the first slice finished")

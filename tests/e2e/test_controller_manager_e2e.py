@@ -2,7 +2,8 @@
 
 `ControlPlane` starts kube-controller-manager (built from the same k8s.io/kubernetes module as the API server)
 with the garbage collector, namespace, job, serviceaccount and serviceaccount-token controllers. There is no
-scheduler or kubelet, so Pods stay Pending. Selected by the `e2e` marker, like test_fallback_e2e.py.
+scheduler or kubelet, so Pods stay Pending. Selected by the `e2e` marker, like test_fallback_e2e.py. The last test
+checks the harness itself: a cluster started from a seed (controlplane.py) reaches its own Kueue for conversions.
 """
 
 from __future__ import annotations
@@ -129,3 +130,19 @@ def test_job_gets_a_pod_that_stays_pending(plane: ControlPlane) -> None:
     assert not pod["spec"].get("nodeName")  # no scheduler
     client.wait_for(lambda: (client.get("batch/v1", "Job", "sleep", ns) or {}).get("status", {}).get("active") == 1,
                     TIMEOUT, "the Job's status.active == 1")
+
+
+def test_a_seeded_cluster_converts_through_its_own_kueue(plane: ControlPlane) -> None:
+    """The cluster seed's CRDs name a placeholder conversion webhook; this cluster patched in its own Kueue's port, so
+    a ClusterQueue stored at v1beta2 reads at v1beta1 (the API server calls Kueue's /convert for it)."""
+    client = plane.client
+    crd = client.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusterqueues.kueue.x-k8s.io") or {}
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == (
+        f"https://127.0.0.1:{plane.webhook_port}/convert")
+    client.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "seeded"},
+                  "spec": {"namespaceSelector": {}}})
+    try:
+        old = client.request("GET", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues/seeded")
+        assert (old["apiVersion"], old["metadata"]["name"]) == ("kueue.x-k8s.io/v1beta1", "seeded")
+    finally:
+        client.delete("kueue.x-k8s.io/v1beta2", "ClusterQueue", "seeded")
