@@ -624,7 +624,7 @@ class ControlPlane:
         base_url = f"https://127.0.0.1:{self.webhook_port}"
         with self._phase("crds"):  # in storage since the seed: served once the API server has loaded them
             self._point_conversion_webhooks(base_url)
-            self._wait_crds_served(self.client, [with_conversion_webhook(c, base_url, "") for c in crds])
+            self._wait_crds_served(self.client, crds)
         with self._phase("kueue_objects"):
             self._install_kueue_objects(comps, base_url)
         with self._phase("kueue"):
