@@ -132,7 +132,7 @@ class ElasticWatch(gs.Watch):
         if not self.pool_sizes or self.pool_sizes[-1][1] != sizes:
             self.pool_sizes.append((now, sizes))
         for namespace in sorted({r.namespace for r in self.jobs.values()}):
-            for wl in self.client.list(KUEUE_API, "Workload", namespace):
+            for wl in self.listed(namespace).workloads:  # what super().poll() just listed
                 owner = next((o["name"] for o in wl["metadata"].get("ownerReferences", []) if o["kind"] == "RayJob"),
                              None)
                 if owner is not None and f"{namespace}/{owner}" in self.jobs:

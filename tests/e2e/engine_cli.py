@@ -186,6 +186,8 @@ class PulumiCli:
     engine: Engine
     root: Path
     passphrase: str = "e2e-passphrase"
+    # Set after the defaults, e.g. PULUMI_SKIP_CHECKPOINTS for a throw-away stack (see test_kueue_chart_e2e).
+    extra_env: Mapping[str, str] = field(default_factory=dict)
     history: list[Run] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -213,6 +215,7 @@ class PulumiCli:
         env.update(GO_RUNTIME_ENV)  # the CLI and the Kubernetes provider are Go programs too
         # The Python host runs `pip list` before every preview and up; pip's version check would look for PyPI.
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        env.update(self.extra_env)
         return env
 
     def login(self) -> Run:

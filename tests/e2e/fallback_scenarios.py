@@ -369,12 +369,13 @@ class FallbackWatch(gs.Watch):
 
     def _poll_workloads(self, namespace: str, now: float) -> None:
         owned: dict[str, list[dict[str, Any]]] = {}
-        for wl in self.client.list(KUEUE_API, "Workload", namespace):
+        listed = self.listed(namespace)  # what super().poll() just listed
+        for wl in listed.workloads:
             for owner in wl["metadata"].get("ownerReferences", []):
                 if owner["kind"] == "RayJob":
                     owned.setdefault(owner["name"], []).append(wl)
         submitters: dict[str, set[str]] = {}
-        for pod in self.client.list("v1", "Pod", namespace):
+        for pod in listed.pods:
             job = (pod["metadata"].get("labels") or {}).get("job-name")
             if job and (pod.get("status") or {}).get("phase") == "Succeeded":
                 submitters.setdefault(job, set()).add(pod["metadata"]["name"])

@@ -84,6 +84,15 @@ class JobRecord:
         return {pool for pod, (_n, pool, replica) in self.placements.items() if not replica and "-head-" in pod}
 
 
+@dataclass(frozen=True)
+class Listed:
+    """One namespace's RayJobs, Workloads and Pods as one poll listed them."""
+
+    rayjobs: list[dict[str, Any]]
+    workloads: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
 class Watch:
     """Follows submitted RayJobs (list calls per namespace, so polling stays cheap)."""
 
@@ -94,6 +103,8 @@ class Watch:
         self.node_pool: dict[str, str] = {}  # every node ever seen -> its pool
         self.max_nodes: dict[str, int] = {}  # pool -> the most nodes seen at once
         self._nodes: list[dict[str, Any]] = []
+        self._workloads: dict[str, dict[str, Any]] = {}  # job key -> its Workload at the last poll
+        self._listed: dict[str, Listed] = {}  # namespace -> its objects at the last poll
 
     def now(self) -> float:
         return self.sim.elapsed()
@@ -124,11 +135,15 @@ class Watch:
         """Wait for Kueue's first decision on the job's Workload: False if it reserved quota within `fits_within`
         seconds, True if it said the job does not fit or said nothing by then (Kueue does not always write a
         Pending condition for a workload behind a head that does not fit either)."""
-        workload = self.wait(lambda: scenario.workload_of(self.client, namespace, name), 30,
-                             f"the Workload of {namespace}/{name}")
+        # Through poll(), so the earlier jobs' records go on being updated while this one is decided (their
+        # `running` is the poll that first saw it: without polling here a job could start during the next
+        # submission and be recorded only after it).
+        key = f"{namespace}/{name}"
+        workload = self.wait(lambda: self._workloads.get(key), 30, f"the Workload of {key}", interval=0.1)
         deadline = time.monotonic() + fits_within
         while time.monotonic() < deadline:
-            workload = scenario.workload_of(self.client, namespace, name) or workload
+            self.poll()
+            workload = self._workloads.get(key) or workload
             status = scenario.condition_status(workload, "QuotaReserved")
             if status == "True":
                 return False
@@ -153,16 +168,24 @@ class Watch:
         """The pool of each node at the last poll."""
         return [(n["metadata"].get("labels") or {}).get(POOL_LABEL, "") for n in self._nodes]
 
+    def listed(self, namespace: str) -> Listed:
+        """What the last poll listed in `namespace` (subclasses read it instead of listing again)."""
+        return self._listed.get(namespace) or Listed([], [], [])
+
     def _poll_namespace(self, namespace: str) -> None:
         now = self.now()
-        rayjobs = {r["metadata"]["name"]: r for r in self.client.list("ray.io/v1", "RayJob", namespace)}
+        listed = self._listed[namespace] = Listed(self.client.list("ray.io/v1", "RayJob", namespace),
+                                                  self.client.list(KUEUE_API, "Workload", namespace),
+                                                  self.client.list("v1", "Pod", namespace))
+        rayjobs = {r["metadata"]["name"]: r for r in listed.rayjobs}
         workloads: dict[str, dict[str, Any]] = {}
-        for item in self.client.list(KUEUE_API, "Workload", namespace):
+        for item in listed.workloads:
             for owner in item["metadata"].get("ownerReferences", []):
                 if owner["kind"] == "RayJob":
                     workloads[owner["name"]] = item
-        pods = self.client.list("v1", "Pod", namespace)
+        pods = listed.pods
         for record in [r for r in self.jobs.values() if r.namespace == namespace]:
+            self._workloads.pop(record.key, None)  # a deleted job's Workload does not linger
             rayjob = rayjobs.get(record.name)
             if rayjob is None:
                 continue
@@ -170,6 +193,7 @@ class Watch:
             record.state = status.get("jobDeploymentStatus")
             wl = workloads.get(record.name)
             if wl is not None:
+                self._workloads[record.key] = wl
                 if scenario.flavors(wl):
                     record.flavors = scenario.flavors(wl)
                 if record.reserved is None and scenario.condition_status(wl, "QuotaReserved") == "True":

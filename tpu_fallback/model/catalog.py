@@ -8,7 +8,6 @@ saying how to proceed, never silently.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -112,10 +111,14 @@ def _three_d_topologies(max_cubes: int, non_decreasing: bool) -> tuple[str, ...]
     """v5p and v4 slices: 2x2x2, 2x2x4, 2x4x4, then AxBxC of 4x4x4 cubes (each side a multiple of 4) up to
     `max_cubes` cubes - the rule of Google's xpk (src/xpk/core/system_characteristics.py,
     generate_tpu_topologies) and cluster-toolkit (pkg/config/hardware.go: ct5p maxCubes 140, ct4 64)."""
-    sides = range(4, 257, 4)
+    most = 64  # cubes along one side (256 chips)
+    # Enumerated in cubes with the product bound in the ranges (a few thousand shapes instead of 64^3 checks:
+    # this runs at import, in every program and test process).
     big = [
-        (a, b, c) for a, b, c in itertools.product(sides, repeat=3)
-        if (a // 4) * (b // 4) * (c // 4) <= max_cubes and (not non_decreasing or a <= b <= c)
+        (4 * a, 4 * b, 4 * c)
+        for a in range(1, min(most, max_cubes) + 1)
+        for b in range(a if non_decreasing else 1, min(most, max_cubes // a) + 1)
+        for c in range(b if non_decreasing else 1, min(most, max_cubes // (a * b)) + 1)
     ]
     return ("2x2x2", "2x2x4", "2x4x4", *(f"{a}x{b}x{c}" for a, b, c in sorted(big, key=lambda t: (math.prod(t), t))))
 
