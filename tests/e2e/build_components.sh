@@ -62,34 +62,13 @@ KUBERAY_MODULE=github.com/ray-project/kuberay/ray-operator
 PROVREQ_MODULE=k8s.io/autoscaler/cluster-autoscaler/apis
 PROVREQ_VERSION=${PROVREQ_VERSION:-}  # default: what Kueue's go.mod requires
 
-log() { printf '[build_components] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+BUILD_NAME=build_components
+# shellcheck source-path=SCRIPTDIR source=go_build.sh
+source "$HERE/go_build.sh"
 
-# --- Go toolchain ----------------------------------------------------------
-if command -v go >/dev/null 2>&1; then
-  GO=$(command -v go)
-elif [[ -x /usr/local/go/bin/go ]]; then
-  GO=/usr/local/go/bin/go
-else
-  die "no Go toolchain found (need Go >= 1.26 on PATH or at /usr/local/go/bin/go)"
-fi
-
-export CGO_ENABLED=0
-export GOWORK=off
-# Own flags only: -buildvcs=false because the wrapper modules live inside this
-# repository's git tree, and VCS stamping is neither needed nor always possible.
-export GOFLAGS=-buildvcs=false
 BUILD_FLAGS=(-trimpath)
 
 # --- versions from the wrapper modules -------------------------------------
-# Prints the required version of module $2 in go.mod $1 (block or single form).
-mod_version() {
-  awk -v m="$2" '
-    $1 == "require" { $0 = substr($0, index($0, $2)) }
-    $1 == m && $2 ~ /^v/ { print $2; exit }
-  ' "$1"
-}
-
 KUBE_VERSION=$(mod_version "$HERE/apiserver/go.mod" k8s.io/kubernetes)
 ETCD_VERSION=$(mod_version "$HERE/etcd/go.mod" go.etcd.io/etcd/server/v3)
 # KWOK v0.8.0 is the newest release the proxy serves.
@@ -110,39 +89,7 @@ if awk -v want="$STAGING_VERSION" '
 fi
 
 # --- cache and lock ----------------------------------------------------------
-mkdir -p "$CACHE"
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$CACHE/.lock"
-  flock 9
-fi
-
-# build_component NAME VERSION BINARY BUILD-FUNCTION
-# Runs BUILD-FUNCTION TMPDIR unless $CACHE/NAME-VERSION/BINARY is already there;
-# the build goes to a temporary directory that is moved into place only whole.
-# Sets RESULT to the binary's path.
-build_component() {
-  local name=$1 version=$2 binary=$3 fn=$4
-  local dir="$CACHE/$name-$version"
-  RESULT="$dir/$binary"
-  if [[ -x "$RESULT" && -f "$dir/.complete" ]]; then
-    log "reusing $RESULT (cached; remove $dir to rebuild)"
-    return 0
-  fi
-  log "building $name $version -> $RESULT (with $($GO env GOVERSION))"
-  mkdir -p "$dir"
-  local tmp start
-  tmp=$(mktemp -d "$dir/.build.XXXXXX")
-  start=$SECONDS
-  if ! "$fn" "$tmp" "$version"; then
-    rm -rf "$tmp"
-    die "building $name $version failed"
-  fi
-  [[ -x "$tmp/$binary" ]] || { rm -rf "$tmp"; die "$name build produced no $binary"; }
-  mv -f "$tmp/$binary" "$RESULT"
-  rm -rf "$tmp"
-  touch "$dir/.complete"
-  log "built $name $version in $((SECONDS - start))s ($(du -h "$RESULT" | cut -f1))"
-}
+take_lock "$CACHE/.lock"
 
 # kube_ldflags VERSION: version stamping as Kubernetes' hack/lib/version.sh
 # does, so /version reports the real version (clients such as Kueue parse it).

@@ -47,23 +47,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ENGINE="$HERE/engine"
 CACHE=${TPU_FALLBACK_E2E_CACHE:-$HOME/.cache/tpu-fallback-e2e}
 
-log() { printf '[build_engine] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+BUILD_NAME=build_engine
+# shellcheck source-path=SCRIPTDIR source=go_build.sh
+source "$HERE/go_build.sh"
 
-# --- Go toolchain ----------------------------------------------------------
-if command -v go >/dev/null 2>&1; then
-  GO=$(command -v go)
-elif [[ -x /usr/local/go/bin/go ]]; then
-  GO=/usr/local/go/bin/go
-else
-  die "no Go toolchain found (need Go >= 1.26.6 on PATH or at /usr/local/go/bin/go)"
-fi
-
-export CGO_ENABLED=0
-export GOWORK=off
-# Own flags only: -buildvcs=false because the wrapper modules live inside this
-# repository's git tree, and VCS stamping is neither needed nor always possible.
-export GOFLAGS=-buildvcs=false
 # The Python language host is only published as a pseudo-version of a nested
 # module that the checksum database does not know. Its hashes are in
 # engine/python-host/go.sum, so a download is still verified; only the
@@ -77,13 +64,6 @@ PULUMI_VERSION_VAR=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
 K8S_VERSION_VAR=github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version
 
 # --- versions from the wrapper modules -------------------------------------
-# Prints the required version of module $2 in go.mod $1 (block or single form).
-mod_version() {
-  awk -v m="$2" '
-    $1 == "require" { $0 = substr($0, index($0, $2)) }
-    $1 == m && $2 ~ /^v/ { print $2; exit }
-  ' "$1"
-}
 need_version() { # GOMOD MODULE -> prints the version or dies
   local v
   v=$(mod_version "$1" "$2")
@@ -117,47 +97,7 @@ unset v
 # --- cache and lock ----------------------------------------------------------
 # A lock of its own, not build_components.sh's $CACHE/.lock: the two scripts
 # write different directories and need not wait for each other.
-mkdir -p "$CACHE"
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$CACHE/.engine.lock"
-  if ! flock -n 9; then
-    log "waiting for another build_engine.sh ($CACHE/.engine.lock)"
-    flock 9
-  fi
-fi
-
-# build_component NAME VERSION BINARY BUILD-FUNCTION [EXTRA-FILE...]
-# Runs BUILD-FUNCTION TMPDIR unless $CACHE/NAME-VERSION/BINARY is already there;
-# the build goes to a temporary directory that is moved into place only whole.
-# EXTRA-FILEs are further files the function leaves in TMPDIR, moved alongside.
-# Sets RESULT to the binary's path.
-build_component() {
-  local name=$1 version=$2 binary=$3 fn=$4
-  shift 4
-  local dir="$CACHE/$name-$version"
-  RESULT="$dir/$binary"
-  if [[ -x "$RESULT" && -f "$dir/.complete" ]]; then
-    log "reusing $RESULT (cached; remove $dir to rebuild)"
-    return 0
-  fi
-  log "building $name $version -> $RESULT (with $($GO env GOVERSION))"
-  mkdir -p "$dir"
-  local tmp start f
-  tmp=$(mktemp -d "$dir/.build.XXXXXX")
-  start=$SECONDS
-  if ! "$fn" "$tmp" "$version"; then
-    rm -rf "$tmp"
-    die "building $name $version failed"
-  fi
-  for f in "$binary" "$@"; do
-    [[ -x "$tmp/$f" ]] || { rm -rf "$tmp"; die "$name build produced no executable $f"; }
-  done
-  for f in "$@"; do mv -f "$tmp/$f" "$dir/$f"; done
-  mv -f "$tmp/$binary" "$RESULT"
-  rm -rf "$tmp"
-  touch "$dir/.complete"
-  log "built $name $version in $((SECONDS - start))s ($(du -h "$RESULT" | cut -f1))"
-}
+take_lock "$CACHE/.engine.lock"
 
 # module_dir WRAPPER-DIR MODULE: prints the module cache directory of MODULE
 # at the version WRAPPER-DIR's go.mod selects, downloading it if needed.

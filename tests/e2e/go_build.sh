@@ -1,0 +1,74 @@
+# shellcheck shell=bash
+# Shared by build_components.sh and build_engine.sh (sourced, not run): the Go toolchain and its environment,
+# logging, go.mod version reading, the cache lock, and the cached build of one binary.
+# The sourcing script sets BUILD_NAME (its log prefix) and CACHE first.
+
+log() { printf '[%s] %s\n' "$BUILD_NAME" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# --- Go toolchain ----------------------------------------------------------
+if command -v go >/dev/null 2>&1; then
+  GO=$(command -v go)
+elif [[ -x /usr/local/go/bin/go ]]; then
+  GO=/usr/local/go/bin/go
+else
+  die "no Go toolchain found (need Go >= 1.26.6 on PATH or at /usr/local/go/bin/go)"
+fi
+
+export CGO_ENABLED=0
+export GOWORK=off
+# Own flags only: -buildvcs=false because the wrapper modules live inside this
+# repository's git tree, and VCS stamping is neither needed nor always possible.
+export GOFLAGS=-buildvcs=false
+
+# mod_version GOMOD MODULE: prints the required version of MODULE in GOMOD (block or single form).
+mod_version() {
+  awk -v m="$2" '
+    $1 == "require" { $0 = substr($0, index($0, $2)) }
+    $1 == m && $2 ~ /^v/ { print $2; exit }
+  ' "$1"
+}
+
+# take_lock FILE: holds an exclusive lock on FILE (fd 9) until the script exits; says so when it has to wait.
+take_lock() {
+  mkdir -p "$CACHE"
+  command -v flock >/dev/null 2>&1 || return 0
+  exec 9>"$1"
+  if ! flock -n 9; then
+    log "waiting for another $BUILD_NAME ($1)"
+    flock 9
+  fi
+}
+
+# build_component NAME VERSION BINARY BUILD-FUNCTION [EXTRA-FILE...]
+# Runs BUILD-FUNCTION TMPDIR VERSION unless $CACHE/NAME-VERSION/BINARY is already there;
+# the build goes to a temporary directory that is moved into place only whole.
+# EXTRA-FILEs are further executables the function leaves in TMPDIR, moved alongside.
+# Sets RESULT to the binary's path.
+build_component() {
+  local name=$1 version=$2 binary=$3 fn=$4
+  shift 4
+  local dir="$CACHE/$name-$version"
+  RESULT="$dir/$binary"
+  if [[ -x "$RESULT" && -f "$dir/.complete" ]]; then
+    log "reusing $RESULT (cached; remove $dir to rebuild)"
+    return 0
+  fi
+  log "building $name $version -> $RESULT (with $($GO env GOVERSION))"
+  mkdir -p "$dir"
+  local tmp start f
+  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  start=$SECONDS
+  if ! "$fn" "$tmp" "$version"; then
+    rm -rf "$tmp"
+    die "building $name $version failed"
+  fi
+  for f in "$binary" "$@"; do
+    [[ -x "$tmp/$f" ]] || { rm -rf "$tmp"; die "$name build produced no executable $f"; }
+  done
+  for f in "$@"; do mv -f "$tmp/$f" "$dir/$f"; done
+  mv -f "$tmp/$binary" "$RESULT"
+  rm -rf "$tmp"
+  touch "$dir/.complete"
+  log "built $name $version in $((SECONDS - start))s ($(du -h "$RESULT" | cut -f1))"
+}
