@@ -54,8 +54,5 @@ def fallback_box() -> Iterator[FallbackBox]:
     """The stock-out modules' simulated GKE with Kueue's waitForPodsReady: one per module, reset between tests."""
     from tests.e2e.fallback_scenarios import FallbackBox  # only where a test asks for it
 
-    cluster_box = FallbackBox()
-    try:
+    with FallbackBox() as cluster_box:
         yield cluster_box
-    finally:
-        cluster_box.close()

@@ -43,7 +43,7 @@ import yaml
 
 from tests.e2e import gke_scenarios as gs
 from tests.e2e import scenario
-from tests.e2e.gke_sim import GkeSim, Timings, pools_from_plan, simulated_gke, with_run_time
+from tests.e2e.gke_sim import GkeSim, Timings, pools_from_plan, with_run_time
 from tests.e2e.kube import KubeClient
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun
 
@@ -527,44 +527,28 @@ class Env:
         return FallbackWatch(self.client, self.sim, self.controller, self.config)
 
 
-FRESH_ENV = "TPU_FALLBACK_GKE_FRESH"
-
-
-class FallbackBox:
-    """One simulated GKE whose Kueue runs with the stack's waitForPodsReady, shared by scenarios of that stack:
-    started by the first, reset (gke_scenarios.reset) for each next one; a fresh controller for each scenario."""
+class FallbackBox(gs.SimBox):
+    """The simulated GKE (gs.SimBox) whose Kueue runs with the stack's waitForPodsReady, shared by scenarios of that
+    stack; a fresh controller for each scenario."""
 
     def __init__(self, stack: gs.Stack = FALLBACK, timings: Timings = TIMINGS) -> None:
         self.stack = stack
         self.timings = timings
         self.infra = stack.render()
         self.wait_for_pods_ready = kueue_wait_for_pods_ready(self.infra)
-        self._exit = contextlib.ExitStack()
-        self._plane: Any = None
-        self._sim: GkeSim | None = None
-        self.startup: float | None = None
+        super().__init__(scale=gs.SCALE, timings=timings, wait_for_pods_ready=self.wait_for_pods_ready)
         self.scenarios = 0
 
     @contextlib.contextmanager
     def scenario(self, *, controller: bool = True) -> Iterator[Env]:
-        pools = pools_from_plan(self.infra)
-        if self._plane is not None and os.environ.get(FRESH_ENV) == "1":
-            self.close()
-        t0 = time.monotonic()
-        if self._plane is None or self._sim is None:
-            self._plane, self._sim = self._exit.enter_context(simulated_gke(
-                pools, scale=gs.SCALE, timings=self.timings, wait_for_pods_ready=self.wait_for_pods_ready))
-            _wait_lists_answer(self._plane.client)
-            self.startup = time.monotonic() - t0
-            print(f"\n[{self.stack.name} {dict(self.stack.overrides)}] cluster up in {self.startup:.1f} s")
-        else:
-            gs.reset(self._plane.client, self._sim, pools)
-            print(f"\n[{self.stack.name}] cluster reset in {time.monotonic() - t0:.1f} s")
+        if self.acquire(pools_from_plan(self.infra), f"{self.stack.name} {dict(self.stack.overrides)}"):
+            _wait_lists_answer(self.plane.client)
+        plane, sim = self.plane, self.sim
         self.scenarios += 1
         config = controller_config(self.infra) if controller else {}
-        kubeconfig = controller_kubeconfig(self._plane, self.infra) if controller else self._plane.kubeconfig
-        ctl = Controller(config, kubeconfig, self._plane.workdir, name=f"fallback-controller-{self.scenarios}")
-        env = Env(self._plane, self._sim, self.infra, ctl, config, self.wait_for_pods_ready)
+        kubeconfig = controller_kubeconfig(plane, self.infra) if controller else plane.kubeconfig
+        ctl = Controller(config, kubeconfig, plane.workdir, name=f"fallback-controller-{self.scenarios}")
+        env = Env(plane, sim, self.infra, ctl, config, self.wait_for_pods_ready)
         try:
             if controller:
                 ctl.start()
@@ -575,11 +559,7 @@ class FallbackBox:
             raise
         finally:
             ctl.stop()
-        self._sim.check()
-
-    def close(self) -> None:
-        self._exit.close()
-        self._plane = self._sim = None
+        sim.check()
 
 
 def controller_kubeconfig(plane: Any, infra: ProgramRun) -> Path:

@@ -8,10 +8,12 @@ clock, `simulated()` divides by the time scale), and on which node and pool ever
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from tests.e2e import scenario
 from tests.e2e.gke_sim import (
@@ -22,6 +24,7 @@ from tests.e2e.gke_sim import (
     NodePool,
     TimeScale,
     Timings,
+    simulated_gke,
     with_run_time,
 )
 from tests.e2e.kube import KubeClient
@@ -407,6 +410,58 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
             raise TimeoutError(f"reset: timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.2)
 
+
+
+FRESH_ENV = "TPU_FALLBACK_GKE_FRESH"  # "1": a new cluster for every test instead of one reset between tests
+
+
+class SimBox:
+    """One simulated GKE shared by a module's tests: started by the first `acquire`, reset (`reset`) for each next
+    one, stopped by `close` (or at the end of a `with` block). `options` are simulated_gke's keyword arguments
+    besides the pools (scale, timings, the ControlPlane's Kueue options)."""
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self._exit = contextlib.ExitStack()
+        self._plane: Any = None  # a ControlPlane (imported by simulated_gke)
+        self._sim: GkeSim | None = None
+        self.startup: float | None = None  # seconds the last start took
+
+    def acquire(self, pools: Sequence[NodePool], label: str) -> bool:
+        """The cluster with these pools and nothing of an earlier test; True if it was started (not reset)."""
+        if self._plane is not None and os.environ.get(FRESH_ENV) == "1":
+            self.close()
+        t0 = time.monotonic()
+        if self._plane is None or self._sim is None:
+            self._plane, self._sim = self._exit.enter_context(simulated_gke(pools, **self.options))
+            self.startup = time.monotonic() - t0
+            print(f"\n[{label}] cluster up in {self.startup:.1f} s")
+            return True
+        reset(self._plane.client, self._sim, pools)
+        print(f"\n[{label}] cluster reset in {time.monotonic() - t0:.1f} s")
+        return False
+
+    @property
+    def plane(self) -> Any:
+        if self._plane is None:
+            raise RuntimeError("no cluster: call acquire() first")
+        return self._plane
+
+    @property
+    def sim(self) -> GkeSim:
+        if self._sim is None:
+            raise RuntimeError("no cluster: call acquire() first")
+        return self._sim
+
+    def close(self) -> None:
+        self._exit.close()
+        self._plane = self._sim = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 # --- scenarios -------------------------------------------------------------------------------------------------
 

@@ -10,56 +10,38 @@ Run alone with `venv/bin/python -m pytest tests/e2e/test_elastic_e2e.py -m e2e -
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e import elastic_scenarios as es
 from tests.e2e import gke_scenarios as gs
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.gke_sim import QUEUED_LABEL, GkeSim, pools_from_plan, simulated_gke
+from tests.e2e.gke_sim import QUEUED_LABEL, GkeSim, pools_from_plan
 from tests.e2e.kube import KubeClient
 from tpu_fallback.offline.mockrun import ProgramRun
 
 pytestmark = pytest.mark.e2e
 
 
-class ElasticBox:
-    """One simulated GKE for the module (the elastic stack's Kueue options), reset between tests."""
+class ElasticBox(gs.SimBox):
+    """The module's simulated GKE (gs.SimBox) with the elastic stack's Kueue options, started on first use."""
 
     def __init__(self) -> None:
-        self._exit = contextlib.ExitStack()
-        self._plane: ControlPlane | None = None
-        self._sim: GkeSim | None = None
+        super().__init__(scale=gs.SCALE, timings=gs.TIMINGS)
 
     @contextlib.contextmanager
     def cluster(self, infra: ProgramRun) -> Iterator[tuple[KubeClient, GkeSim]]:
-        pools = pools_from_plan(infra)
-        t0 = time.monotonic()
-        if self._plane is None or self._sim is None:
-            options = es.kueue_options(infra)
-            self._plane, self._sim = self._exit.enter_context(simulated_gke(
-                pools, scale=gs.SCALE, timings=gs.TIMINGS, **options))
-            print(f"\n[elastic] cluster up in {time.monotonic() - t0:.1f} s (Kueue {options})")
-        else:
-            gs.reset(self._plane.client, self._sim, pools)
-            print(f"\n[elastic] cluster reset in {time.monotonic() - t0:.1f} s")
-        yield self._plane.client, self._sim
-        self._sim.check()
-
-    def close(self) -> None:
-        self._exit.close()
-        self._plane = self._sim = None
+        options = es.kueue_options(infra)
+        self.options.update(options)  # read at the start only: the module has one stack
+        self.acquire(pools_from_plan(infra), f"elastic, Kueue {options}")
+        yield self.plane.client, self.sim
+        self.sim.check()
 
 
 @pytest.fixture(scope="module")
 def box() -> Iterator[ElasticBox]:
-    cluster_box = ElasticBox()
-    try:
+    with ElasticBox() as cluster_box:
         yield cluster_box
-    finally:
-        cluster_box.close()
 
 
 @pytest.fixture(scope="module")

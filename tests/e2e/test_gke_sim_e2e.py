@@ -12,16 +12,13 @@ by the `e2e` marker; run one alone with e.g.
 from __future__ import annotations
 
 import contextlib
-import os
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e import gke_scenarios as gs
 from tests.e2e import scenario
-from tests.e2e.controlplane import ControlPlane
-from tests.e2e.gke_sim import GkeSim, pools_from_plan, simulated_gke
+from tests.e2e.gke_sim import GkeSim, pools_from_plan
 from tests.e2e.kube import KubeClient
 from tpu_fallback.offline.mockrun import ProgramRun
 
@@ -30,34 +27,19 @@ pytestmark = pytest.mark.e2e
 TPU_GROUP = gs.TPU_GROUP
 
 
-FRESH_ENV = "TPU_FALLBACK_GKE_FRESH"  # "1": a new cluster for every test instead of one reset between tests
-
-
-class Box:
-    """One simulated GKE cluster for the module's tests: started by the first, reset (gs.reset) for each next one."""
+class Box(gs.SimBox):
+    """The module's simulated GKE (gs.SimBox), with the pools of each test's stack."""
 
     def __init__(self) -> None:
-        self._exit = contextlib.ExitStack()
-        self._plane: ControlPlane | None = None
-        self._sim: GkeSim | None = None
+        super().__init__(scale=gs.SCALE, timings=gs.TIMINGS)
 
     @contextlib.contextmanager
     def cluster(self, stack: gs.Stack, infra: ProgramRun | None = None
                 ) -> Iterator[tuple[KubeClient, GkeSim, ProgramRun]]:
         """The cluster with the stack's node pools and nothing else of an earlier test."""
         infra = infra or stack.render()
-        pools = pools_from_plan(infra)
-        if self._plane is not None and self._sim is not None and os.environ.get(FRESH_ENV) == "1":
-            self.close()
-        t0 = time.monotonic()
-        if self._plane is None or self._sim is None:
-            self._plane, self._sim = self._exit.enter_context(simulated_gke(pools, scale=gs.SCALE,
-                                                                            timings=gs.TIMINGS))
-            print(f"\n[{stack.name}] cluster up in {time.monotonic() - t0:.1f} s")
-        else:
-            gs.reset(self._plane.client, self._sim, pools)
-            print(f"\n[{stack.name}] cluster reset in {time.monotonic() - t0:.1f} s")
-        plane, sim = self._plane, self._sim
+        self.acquire(pools_from_plan(infra), stack.name)
+        plane, sim = self.plane, self.sim
         before = plane.usage()
         yield plane.client, sim, infra
         after = plane.usage()
@@ -66,18 +48,11 @@ class Box:
             f"{u.peak_rss_bytes / 2**20:.0f} MiB peak" for name, u in after.items()))
         sim.check()
 
-    def close(self) -> None:
-        self._exit.close()
-        self._plane = self._sim = None
-
 
 @pytest.fixture(scope="module")
 def box() -> Iterator[Box]:
-    cluster_box = Box()
-    try:
+    with Box() as cluster_box:
         yield cluster_box
-    finally:
-        cluster_box.close()
 
 
 def report(outcome: gs.Outcome) -> None:
