@@ -411,7 +411,6 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-
 FRESH_ENV = "TPU_FALLBACK_GKE_FRESH"  # "1": a new cluster for every test instead of one reset between tests
 
 
