@@ -156,7 +156,8 @@ class Watch:
         return True
 
     def poll(self) -> None:
-        self._nodes = self.client.list("v1", "Node")
+        # Cached lists (KubeClient.list): the watch only observes, a few milliseconds late at most.
+        self._nodes = self.client.list("v1", "Node", cached=True)
         for node in self._nodes:
             self.node_pool[node["metadata"]["name"]] = (node["metadata"].get("labels") or {}).get(POOL_LABEL, "")
         counts: dict[str, int] = {}
@@ -177,9 +178,9 @@ class Watch:
 
     def _poll_namespace(self, namespace: str) -> None:
         now = self.now()
-        listed = self._listed[namespace] = Listed(self.client.list("ray.io/v1", "RayJob", namespace),
-                                                  self.client.list(KUEUE_API, "Workload", namespace),
-                                                  self.client.list("v1", "Pod", namespace))
+        listed = self._listed[namespace] = Listed(self.client.list("ray.io/v1", "RayJob", namespace, cached=True),
+                                                  self.client.list(KUEUE_API, "Workload", namespace, cached=True),
+                                                  self.client.list("v1", "Pod", namespace, cached=True))
         rayjobs = {r["metadata"]["name"]: r for r in listed.rayjobs}
         workloads: dict[str, dict[str, Any]] = {}
         for item in listed.workloads:

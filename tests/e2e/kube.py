@@ -274,11 +274,18 @@ class KubeClient:
         return result
 
     def list(
-        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None,
+        *, cached: bool = False,
     ) -> builtins.list[Obj]:
-        """Items of a kind (all namespaces if `namespace` is None), with apiVersion and kind filled in."""
+        """Items of a kind (all namespaces if `namespace` is None), with apiVersion and kind filled in.
+
+        `cached`: resourceVersion=0, served from the API server's watch cache as it is, without first reading etcd's
+        current revision (a consistent list does); it may lag the latest writes by moments. For observers that poll
+        (in the prod scenario: a third of etcd's CPU and 6 % of the API server's when every list was one)."""
         res = self.resource(api_version, kind)
-        query = {"labelSelector": label_selector} if label_selector else None
+        query = {"labelSelector": label_selector} if label_selector else {}
+        if cached:
+            query["resourceVersion"] = "0"
         doc = self.request("GET", res.path(None, namespace if res.namespaced else None), query=query)
         items: list[Obj] = doc.get("items") or []
         for item in items:
