@@ -849,7 +849,8 @@ class ControlPlane:
 
         Its retry back-off for pods that did not fit is cut from 1-10 s to 1 s: the back-off runs in real seconds,
         while the sim's scale-ups take 1-3 real seconds (0.01 of GKE's minutes). With the default, a pod that failed
-        four times before its nodes came waited up to 10 s more, and a plan A job came up after a later plan B job.
+        four times before its nodes came waited up to 10 s more, and a plan A job came up no earlier than a later
+        plan B job.
         On GKE the 10 s cap is small beside a minutes-long scale-up; 1 s keeps that proportion closer."""
         assert comps.kube_scheduler is not None
         self.scheduler_port = free_port()

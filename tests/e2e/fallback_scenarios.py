@@ -533,7 +533,6 @@ class FallbackBox(gs.SimBox):
 
     def __init__(self, stack: gs.Stack = FALLBACK, timings: Timings = TIMINGS) -> None:
         self.stack = stack
-        self.timings = timings
         self.infra = stack.render()
         self.wait_for_pods_ready = kueue_wait_for_pods_ready(self.infra)
         super().__init__(scale=gs.SCALE, timings=timings, wait_for_pods_ready=self.wait_for_pods_ready)

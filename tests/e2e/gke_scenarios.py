@@ -96,6 +96,16 @@ class Listed:
     pods: list[dict[str, Any]]
 
 
+def _by_rayjob(workloads: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """RayJob name -> its Workload, of the given Workloads (the last one listed, for a job with several)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in workloads:
+        for owner in item["metadata"].get("ownerReferences", []):
+            if owner["kind"] == "RayJob":
+                out[owner["name"]] = item
+    return out
+
+
 class Watch:
     """Follows submitted RayJobs (list calls per namespace, so polling stays cheap)."""
 
@@ -106,7 +116,6 @@ class Watch:
         self.node_pool: dict[str, str] = {}  # every node ever seen -> its pool
         self.max_nodes: dict[str, int] = {}  # pool -> the most nodes seen at once
         self._nodes: list[dict[str, Any]] = []
-        self._workloads: dict[str, dict[str, Any]] = {}  # job key -> its Workload at the last poll
         self._listed: dict[str, Listed] = {}  # namespace -> its objects at the last poll
 
     def now(self) -> float:
@@ -141,12 +150,14 @@ class Watch:
         # Through poll(), so the earlier jobs' records go on being updated while this one is decided (their
         # `running` is the poll that first saw it: without polling here a job could start during the next
         # submission and be recorded only after it).
-        key = f"{namespace}/{name}"
-        workload = self.wait(lambda: self._workloads.get(key), 30, f"the Workload of {key}", interval=0.1)
+        def polled() -> dict[str, Any] | None:
+            return _by_rayjob(self.listed(namespace).workloads).get(name)
+
+        workload = self.wait(polled, 30, f"the Workload of {namespace}/{name}", interval=0.1)
         deadline = time.monotonic() + fits_within
         while time.monotonic() < deadline:
             self.poll()
-            workload = self._workloads.get(key) or workload
+            workload = polled() or workload
             status = scenario.condition_status(workload, "QuotaReserved")
             if status == "True":
                 return False
@@ -182,14 +193,9 @@ class Watch:
                                                   self.client.list(KUEUE_API, "Workload", namespace, cached=True),
                                                   self.client.list("v1", "Pod", namespace, cached=True))
         rayjobs = {r["metadata"]["name"]: r for r in listed.rayjobs}
-        workloads: dict[str, dict[str, Any]] = {}
-        for item in listed.workloads:
-            for owner in item["metadata"].get("ownerReferences", []):
-                if owner["kind"] == "RayJob":
-                    workloads[owner["name"]] = item
+        workloads = _by_rayjob(listed.workloads)
         pods = listed.pods
         for record in [r for r in self.jobs.values() if r.namespace == namespace]:
-            self._workloads.pop(record.key, None)  # a deleted job's Workload does not linger
             rayjob = rayjobs.get(record.name)
             if rayjob is None:
                 continue
@@ -197,7 +203,6 @@ class Watch:
             record.state = status.get("jobDeploymentStatus")
             wl = workloads.get(record.name)
             if wl is not None:
-                self._workloads[record.key] = wl
                 if scenario.flavors(wl):
                     record.flavors = scenario.flavors(wl)
                 if record.reserved is None and scenario.condition_status(wl, "QuotaReserved") == "True":

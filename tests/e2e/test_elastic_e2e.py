@@ -24,23 +24,23 @@ pytestmark = pytest.mark.e2e
 
 
 class ElasticBox(gs.SimBox):
-    """The module's simulated GKE (gs.SimBox) with the elastic stack's Kueue options, started on first use."""
+    """The module's simulated GKE (gs.SimBox) with the elastic stack's pools and Kueue options."""
 
-    def __init__(self) -> None:
-        super().__init__(scale=gs.SCALE, timings=gs.TIMINGS)
+    def __init__(self, infra: ProgramRun) -> None:
+        self.infra = infra
+        self.kueue = es.kueue_options(infra)
+        super().__init__(scale=gs.SCALE, timings=gs.TIMINGS, **self.kueue)
 
     @contextlib.contextmanager
-    def cluster(self, infra: ProgramRun) -> Iterator[tuple[KubeClient, GkeSim]]:
-        options = es.kueue_options(infra)
-        self.options.update(options)  # read at the start only: the module has one stack
-        self.acquire(pools_from_plan(infra), f"elastic, Kueue {options}")
+    def cluster(self) -> Iterator[tuple[KubeClient, GkeSim]]:
+        self.acquire(pools_from_plan(self.infra), f"elastic, Kueue {self.kueue}")
         yield self.plane.client, self.sim
         self.sim.check()
 
 
 @pytest.fixture(scope="module")
-def box() -> Iterator[ElasticBox]:
-    with ElasticBox() as cluster_box:
+def box(infra: ProgramRun) -> Iterator[ElasticBox]:
+    with ElasticBox(infra) as cluster_box:
         yield cluster_box
 
 
@@ -69,7 +69,7 @@ def sim_seconds(real: float) -> str:
 
 
 def test_elastic_job_scales_up_and_down_on_plan_a_through_workload_slices(box: ElasticBox, infra: ProgramRun) -> None:
-    with box.cluster(infra) as (client, sim):
+    with box.cluster() as (client, sim):
         out = es.run_scale_up_down(client, sim, infra)
     facts = out.facts
     watch = out.watch
@@ -125,7 +125,7 @@ def test_elastic_job_scales_up_and_down_on_plan_a_through_workload_slices(box: E
 
 def test_elastic_jobs_wait_for_plan_a_while_a_plain_job_falls_back_to_dws(box: ElasticBox,
                                                                            infra: ProgramRun) -> None:
-    with box.cluster(infra) as (client, sim):
+    with box.cluster() as (client, sim):
         out = es.run_plan_a_only(client, sim, infra)
     facts = out.facts
     records = facts["records"]
