@@ -328,3 +328,61 @@ def test_a_failed_pass_is_counted_and_the_loop_goes_on(caplog: pytest.LogCapture
     busy, denied = (r for r in caplog.records if "reconcile" in r.getMessage())
     assert busy.levelname == "WARNING" and busy.exc_info is None  # a busy API server: one line
     assert denied.levelname == "ERROR" and denied.exc_info is not None  # anything else: the traceback
+
+
+def test_the_controller_keeps_one_connection_and_sends_again_once_the_server_closed_it(tmp_path: Any) -> None:
+    """Kube's calls share one keep-alive HTTPS connection; one the server closed while idle is replaced, and the call
+    on it is sent again (a real TLS server here: openssl's certificate, the standard library's server)."""
+    import http.server
+    import ssl
+    import subprocess
+    import threading
+
+    from tpu_fallback.fallback.kube import Kube, KubeError
+
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    seen: list[tuple[int, str]] = []  # (client port, path) per request
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive unless a handler closes
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            seen.append((self.client_address[1], self.path))
+            if self.path.endswith("/missing"):
+                self.send_response(404)
+                body = b'{"reason": "NotFound"}'
+            else:
+                self.send_response(200)
+                body = json.dumps({"items": [{"call": len(seen)}]}).encode()
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            # Closed after answering, without a "Connection: close": the client learns it on its next call.
+            self.close_connection = self.path.endswith("then-close")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kube = Kube(f"https://127.0.0.1:{server.server_address[1]}/prefix",
+                    ssl.create_default_context(cafile=str(cert)), lambda: "t0ken")
+        assert kube.list("/a") == [{"call": 1}]
+        assert kube.list("/b-then-close") == [{"call": 2}]
+        with pytest.raises(KubeError, match="HTTP 404"):
+            kube.get("/missing")  # on a new connection: the server closed the first one
+        assert kube.list("/c") == [{"call": 4}]
+        kube.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    ports = [port for port, _ in seen]
+    assert [path for _, path in seen] == ["/prefix/a", "/prefix/b-then-close", "/prefix/missing", "/prefix/c"]
+    assert ports[0] == ports[1] != ports[2] == ports[3], seen  # two connections for four calls

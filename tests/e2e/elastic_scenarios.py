@@ -137,7 +137,7 @@ class ElasticWatch(gs.Watch):
                              None)
                 if owner is not None and f"{namespace}/{owner}" in self.jobs:
                     self._record_slice(f"{namespace}/{owner}", wl, now)
-            for pr in self.client.list(PROVREQ_API, "ProvisioningRequest", namespace, cached=True):
+            for pr in self.cache.items(PROVREQ_API, "ProvisioningRequest", namespace):
                 owner = next((o["name"] for o in pr["metadata"].get("ownerReferences", [])), "")
                 self.requests[f"{namespace}/{pr['metadata']['name']}"] = owner
 

@@ -357,7 +357,7 @@ class FallbackWatch(gs.Watch):
     def poll(self) -> None:
         super().poll()
         now = self.now()
-        for flavor in self.client.list(KUEUE_API, "ResourceFlavor", cached=True):
+        for flavor in self.cache.items(KUEUE_API, "ResourceFlavor"):
             name = flavor["metadata"]["name"]
             value = next((str(t.get("value", "")) for t in (flavor.get("spec") or {}).get("nodeTaints") or []
                           if t.get("key") == self.taint_key), None)

@@ -107,11 +107,12 @@ def _by_rayjob(workloads: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 
 class Watch:
-    """Follows submitted RayJobs (list calls per namespace, so polling stays cheap)."""
+    """Follows submitted RayJobs: each poll reads the sim's informers (sim.cache), not the API server."""
 
     def __init__(self, client: KubeClient, sim: GkeSim) -> None:
         self.client = client
         self.sim = sim
+        self.cache = sim.cache
         self.jobs: dict[str, JobRecord] = {}
         self.node_pool: dict[str, str] = {}  # every node ever seen -> its pool
         self.max_nodes: dict[str, int] = {}  # pool -> the most nodes seen at once
@@ -167,8 +168,8 @@ class Watch:
         return True
 
     def poll(self) -> None:
-        # Cached lists (KubeClient.list): the watch only observes, a few milliseconds late at most.
-        self._nodes = self.client.list("v1", "Node", cached=True)
+        # The informers follow the API server a few milliseconds late at most; the watch only observes.
+        self._nodes = self.cache.items("v1", "Node")
         for node in self._nodes:
             self.node_pool[node["metadata"]["name"]] = (node["metadata"].get("labels") or {}).get(POOL_LABEL, "")
         counts: dict[str, int] = {}
@@ -189,9 +190,9 @@ class Watch:
 
     def _poll_namespace(self, namespace: str) -> None:
         now = self.now()
-        listed = self._listed[namespace] = Listed(self.client.list("ray.io/v1", "RayJob", namespace, cached=True),
-                                                  self.client.list(KUEUE_API, "Workload", namespace, cached=True),
-                                                  self.client.list("v1", "Pod", namespace, cached=True))
+        listed = self._listed[namespace] = Listed(self.cache.items("ray.io/v1", "RayJob", namespace),
+                                                  self.cache.items(KUEUE_API, "Workload", namespace),
+                                                  self.cache.items("v1", "Pod", namespace))
         rayjobs = {r["metadata"]["name"]: r for r in listed.rayjobs}
         workloads = _by_rayjob(listed.workloads)
         pods = listed.pods

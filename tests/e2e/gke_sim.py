@@ -31,6 +31,11 @@ process, from the node pools the offline plan renders for a stack (`gcp:containe
   operator runs with `HTTP_PROXY` pointing at `RayDashboard`, a tiny HTTP server here that answers the job API:
   a Ray job is SUCCEEDED when its submitter Job completed (KWOK's `pod-complete` stage finishes the submitter pod
   after `timings.job_run`, or the pod's `pod-complete.stage.kwok.x-k8s.io/delay` annotation: see `with_run_time`).
+- **Reading the cluster**: every `interval` (0.2 s) the loop reads nodes, pods and ProvisioningRequests from the
+  cluster's informers (`cache`, tests/e2e/informer.py; the dashboard reads RayJobs and Jobs there too), not with
+  LISTs. Its own node writes go into the store at once (`observe`, `forget`), so the next pass never counts a node
+  it deleted or misses one it created (which would grow a pool twice for the same pods). The scale-down's "was a
+  pod bound meanwhile" check stays a LIST: it must see the latest.
 
 Time: every delay above is in simulated seconds and multiplied by `TimeScale.real_per_sim` (0.01: a simulated
 minute takes 0.6 s). The controllers themselves run in real time (KubeRay requeues a RayJob every 3 s, for one),
@@ -63,6 +68,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.informer import ClusterCache, Informer
 from tests.e2e.kube import KubeClient, KubeError
 from tpu_fallback.model import catalog
 from tpu_fallback.model.quantity import parse_quantity
@@ -495,6 +501,7 @@ class GkeSim:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: KubeClient | None = None
+        self._cache: ClusterCache | None = None
         self._t0 = time.monotonic()
         self._upcoming: list[_Upcoming] = []
         self._backoff_until: dict[str, float] = {}
@@ -516,7 +523,8 @@ class GkeSim:
     def start(self, server: str, ca_file: Path, token: str) -> None:
         """Register the fixed pools' nodes (the system pool), then run the autoscaler loop in a thread."""
         self._client = KubeClient(server, ca_file, token)
-        self.dashboard.connect(KubeClient(server, ca_file, token))
+        self._cache = ClusterCache(self._client)
+        self.dashboard.connect(self._cache)
         self._t0 = time.monotonic()
         with self._lock:
             for pool in self.pools.values():
@@ -554,12 +562,24 @@ class GkeSim:
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
+        if self._cache is not None:
+            self._cache.stop()
 
     @property
     def client(self) -> KubeClient:
         if self._client is None:
             raise RuntimeError("the sim is not started")
         return self._client
+
+    @property
+    def cache(self) -> ClusterCache:
+        """The cluster's informers (tests/e2e/informer.py), which the sim reads and the scenarios' watches share."""
+        if self._cache is None:
+            raise RuntimeError("the sim is not started")
+        return self._cache
+
+    def _informer(self, api_version: str, kind: str) -> Informer:
+        return self.cache.informer(api_version, kind)
 
     def elapsed(self) -> float:
         """Real seconds since start."""
@@ -650,13 +670,13 @@ class GkeSim:
         now = self.elapsed()
         self._finish_upcoming(now)
         nodes = self._nodes()
-        pods = self.client.list("v1", "Pod")
+        pods = self._informer("v1", "Pod").items()
         self._provisioning(now, nodes, pods)
         self._scale_up(now, nodes, pods)
         self._scale_down(now, nodes, pods)
 
     def _nodes(self) -> list[dict[str, Any]]:
-        return [n for n in self.client.list("v1", "Node")
+        return [n for n in self._informer("v1", "Node").items()
                 if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"]
 
     def _finish_upcoming(self, now: float) -> None:
@@ -703,7 +723,7 @@ class GkeSim:
                 "spec": {"taints": pool.node_taints(), "providerID": f"gce://sim/{pool.zone}/{name}"},
                 "status": {"allocatable": allocatable, "capacity": capacity},
             }
-            self.client.create(node)
+            self._informer("v1", "Node").observe(self.client.create(node))
             names.append(name)
         self._note(f"{pool.name}: {count} node(s) up ({reason}){f' for {request}' if request else ''}")
         return names
@@ -717,8 +737,9 @@ class GkeSim:
             taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t["key"] != (remove or "")]
             if taint is not None:
                 taints.append(dict(taint))
-            self.client.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": taints}},
-                                content_type="application/merge-patch+json")
+            self._informer("v1", "Node").observe(
+                self.client.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": taints}},
+                                    content_type="application/merge-patch+json"))
 
     def _delete_nodes(self, names: Sequence[str], *, reason: str, only_if_idle: bool = False) -> bool:
         """Take nodes away: cordon them (nothing more gets bound there), delete the pods bound to them (as the pod
@@ -743,11 +764,13 @@ class GkeSim:
         else:
             for name in names:
                 with contextlib.suppress(KubeError):
-                    self.client.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}},
-                                        content_type="application/merge-patch+json")
+                    self._informer("v1", "Node").observe(
+                        self.client.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}},
+                                            content_type="application/merge-patch+json"))
         self._delete_pods_on(names)
         for name in names:
             self.client.delete("v1", "Node", name)
+            self._informer("v1", "Node").forget({"metadata": {"name": name}})
             self._idle_since.pop(name, None)
             self._held.pop(name, None)
         self._delete_pods_on(names)
@@ -907,7 +930,7 @@ class GkeSim:
             used[_node_pool(n)] = used.get(_node_pool(n), 0) + 1
         for up in self._upcoming:
             used[up.pool.name] = used.get(up.pool.name, 0) + up.count
-        for pr in self.client.list(PROVREQ_API, "ProvisioningRequest"):
+        for pr in self._informer(PROVREQ_API, "ProvisioningRequest").items():
             if (pr.get("spec") or {}).get("provisioningClassName") != QUEUED_CLASS:
                 continue  # check-capacity and others: no GKE controller answers here either
             meta = pr["metadata"]
@@ -1120,7 +1143,7 @@ class RayDashboard:
     """
 
     def __init__(self) -> None:
-        self._client: KubeClient | None = None
+        self._cache: ClusterCache | None = None
         self._lock = threading.Lock()
         self.requests = 0
         dashboard = self
@@ -1155,8 +1178,10 @@ class RayDashboard:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def connect(self, client: KubeClient) -> None:
-        self._client = client
+    def connect(self, cache: ClusterCache) -> None:
+        """Read the RayJobs and the submitter Jobs from the cluster's informers (no request per call: KubeRay asks
+        every few seconds per RayJob, each call in a thread of its own)."""
+        self._cache = cache
 
     def close(self) -> None:
         self._server.shutdown()
@@ -1168,7 +1193,7 @@ class RayDashboard:
         parts = host.split(".")
         path = url.path if url.scheme else raw_path.split("?", 1)[0]
         self.requests += 1
-        if len(parts) < 3 or parts[2] != "svc" or self._client is None:
+        if len(parts) < 3 or parts[2] != "svc" or self._cache is None:
             return 404, {"error": f"not a Ray head service: {host}"}
         namespace = parts[1]
         match = re.fullmatch(r"/api/jobs/([^/]+)(/stop)?/?", path)
@@ -1181,13 +1206,13 @@ class RayDashboard:
             return 200, {"stopped": True}
         with self._lock:
             try:
-                rayjobs = self._client.list("ray.io/v1", "RayJob", namespace)
+                rayjobs = self._cache.items("ray.io/v1", "RayJob", namespace)
                 rayjob = next((r for r in rayjobs if (r.get("status") or {}).get("jobId") == job_id), None)
                 if rayjob is None:
                     return 404, {"error": f"job {job_id} not found"}
                 if method == "DELETE":
                     return 200, {"deleted": True}
-                submitter = self._client.get("batch/v1", "Job", rayjob["metadata"]["name"], namespace)
+                submitter = self._cache.informer("batch/v1", "Job").get(rayjob["metadata"]["name"], namespace)
             except KubeError as err:
                 return 500, {"error": str(err)}
         status, end = "RUNNING", 0

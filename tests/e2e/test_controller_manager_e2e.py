@@ -2,14 +2,17 @@
 
 `ControlPlane` starts kube-controller-manager (built from the same k8s.io/kubernetes module as the API server)
 with the garbage collector, namespace, job, serviceaccount and serviceaccount-token controllers. There is no
-scheduler or kubelet, so Pods stay Pending. Selected by the `e2e` marker, like test_fallback_e2e.py. The last test
-checks the harness itself: a cluster started from a seed (controlplane.py) reaches its own Kueue for conversions.
+scheduler or kubelet, so Pods stay Pending. Selected by the `e2e` marker, like test_fallback_e2e.py. The last three
+tests check the harness itself: a cluster started from a seed (controlplane.py) reaches its own Kueue for
+conversions, and the informer that the simulated GKE and the scenarios' watches read (informer.py) follows the API
+server.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -146,3 +149,61 @@ def test_a_seeded_cluster_converts_through_its_own_kueue(plane: ControlPlane) ->
         assert (old["apiVersion"], old["metadata"]["name"]) == ("kueue.x-k8s.io/v1beta1", "seeded")
     finally:
         client.delete("kueue.x-k8s.io/v1beta2", "ClusterQueue", "seeded")
+
+
+def test_an_informer_follows_the_api_server_across_watch_restarts(plane: ControlPlane,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness's informer (tests/e2e/informer.py): a LIST, then watches the server ends every second (opened again
+    from the last resourceVersion, no second LIST); creates, updates and deletes arrive; a reader's own delete hides
+    the object at once; stop() ends the thread."""
+    from tests.e2e import informer as inf
+
+    client = plane.client
+    ns = namespace(client, "informer")
+    client.apply(configmap("before", ns))
+    monkeypatch.setattr(inf, "WATCH_SECONDS", 1)
+    informer = inf.Informer(client, "v1", "ConfigMap").start()
+    try:
+        assert (informer.get("before", ns) or {}).get("data") == {"k": "v"}  # from the LIST
+        time.sleep(2.5)  # two watches ended by the server by now
+        client.apply({**configmap("after", ns), "data": {"k": "1"}})
+        client.wait_for(lambda: informer.get("after", ns), TIMEOUT, "the new ConfigMap in the informer")
+        client.apply({**configmap("after", ns), "data": {"k": "2"}})
+        client.wait_for(lambda: (informer.get("after", ns) or {}).get("data") == {"k": "2"}, TIMEOUT, "the update")
+        assert client.delete("v1", "ConfigMap", "after", ns)
+        client.wait_for(lambda: informer.get("after", ns) is None, TIMEOUT, "the delete")
+        assert [c["metadata"]["name"] for c in informer.items(ns)] == ["before"]
+        informer.forget(client.get("v1", "ConfigMap", "before", ns) or {})  # as the sim does once it deleted one
+        assert informer.get("before", ns) is None and client.get("v1", "ConfigMap", "before", ns) is not None
+        assert (informer.lists, informer.error) == (1, None), informer.error
+        assert informer.events >= 3
+    finally:
+        informer.stop()
+    assert informer._thread is None
+
+
+def test_an_informer_lists_again_when_its_watch_is_too_old(plane: ControlPlane) -> None:
+    """A watch from a resourceVersion older than the API server's history is answered 410 Gone: the informer lists
+    again and goes on from there."""
+    from tests.e2e.informer import Informer
+
+    client = plane.client
+    ns = namespace(client, "informer-gone")
+    client.apply(configmap("there", ns))
+
+    class AncientFirstList(KubeClient):
+        listed = 0
+
+        def list_at(self, *args: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+            items, version = super().list_at(*args, **kwargs)
+            self.listed += 1
+            return items, ("1" if self.listed == 1 else version)
+
+    informer = Informer(AncientFirstList(plane.server, plane.ca_file, plane.token), "v1", "ConfigMap").start()
+    try:
+        client.wait_for(lambda: informer.lists >= 2 or None, TIMEOUT, "a second LIST after the 410")
+        client.apply(configmap("later", ns))
+        client.wait_for(lambda: informer.get("later", ns), TIMEOUT, "a ConfigMap created after the second LIST")
+        assert informer.get("there", ns) is not None and informer.lists == 2
+    finally:
+        informer.stop()
