@@ -15,7 +15,8 @@ whole module:
 3. the jobs project against that stack by StackReference: Kueue gives one RayJob the on-demand flavor and the other
    dws with a ProvisioningRequest, a second preview has no changes, `destroy` removes the jobs, and the state holds
    neither the kubeconfig nor the token in plain text;
-4. `destroy` of the infra stack removes every object it made.
+4. a new ClusterQueue name replaces the LocalQueues (their spec.clusterQueue is immutable) rather than update them;
+5. `destroy` of the infra stack removes every object it made.
 
 There is no kubelet, so the Kueue readiness gate's pod would stay Pending and `up` would wait 15 minutes for its
 Job: engine_cli.GateRunner runs the gate's own check (the server-side dry-run create of its probe ResourceFlavor, as
@@ -449,34 +450,6 @@ def test_pulumi_leaves_the_fallback_controllers_taint_alone(ws: Workspace, infra
     assert_no_unexpected_warnings(ws, since)
 
 
-def test_renaming_the_cluster_queue_replaces_its_local_queues(ws: Workspace, infra: InfraStack) -> None:
-    """LocalQueue.spec.clusterQueue is immutable (Kueue 0.19.2 CRD rule `self == oldSelf`): a new ClusterQueue name
-    must replace the LocalQueues (delete first: same name), not send an update the API server refuses. The other
-    immutable fields of Kueue's CRDs (AdmissionCheck.spec.controllerName, TAS flavor fields) the program never
-    changes; a RayJob's spec is replaced (tpu_fallback/components/jobs.py)."""
-    since = len(ws.cli.history)
-    ws.pulumi("config", "set", "--path", "queues.clusterQueue", "renamed-queue", project=ws.repo, stack=INFRA_STACK)
-    try:
-        diff = ws.pulumi("preview", "--diff", project=ws.repo, stack=INFRA_STACK)
-        # The CLI prints replacements as "+-<type>: (replace)".
-        replaced = re.search(r"\+-kubernetes:kueue\.x-k8s\.io/v1beta2:LocalQueue: \(replace\)", diff.stdout)
-        assert replaced, diff.describe()
-        assert not re.search(r"LocalQueue: \(update\)", diff.stdout), diff.describe()
-        up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
-        assert "error" not in up.stdout.lower(), up.describe()
-        local = ws.client.get(KUEUE_API, "LocalQueue", "user-queue", "default") or {}
-        assert local["spec"]["clusterQueue"] == "renamed-queue"
-        assert ws.client.get(KUEUE_API, "ClusterQueue", "cluster-queue") is None
-        expect_no_changes(ws, ws.repo, INFRA_STACK)
-    finally:
-        ws.pulumi("config", "rm", "--path", "queues.clusterQueue", project=ws.repo, stack=INFRA_STACK)
-        ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)  # back to the state the later tests start from
-    local = ws.client.get(KUEUE_API, "LocalQueue", "user-queue", "default") or {}
-    assert local["spec"]["clusterQueue"] == "cluster-queue"
-    expect_no_changes(ws, ws.repo, INFRA_STACK)
-    assert_no_unexpected_warnings(ws, since)
-
-
 # --- 3. the jobs project by StackReference -----------------------------------------------------------------
 
 
@@ -547,7 +520,32 @@ def test_jobs_by_stack_reference_fall_back_and_keep_no_credential_in_state(ws: W
     assert_no_unexpected_warnings(ws, since)
 
 
-# --- 4. destroy ---------------------------------------------------------------------------------------------
+# --- 4. an immutable field ---------------------------------------------------------------------------------
+
+
+def test_renaming_the_cluster_queue_replaces_its_local_queues(ws: Workspace, infra: InfraStack) -> None:
+    """LocalQueue.spec.clusterQueue is immutable (Kueue 0.19.2 CRD rule `self == oldSelf`): a new ClusterQueue name
+    must replace the LocalQueues (delete first: same name), not send an update the API server refuses. The other
+    immutable fields of Kueue's CRDs (AdmissionCheck.spec.controllerName, TAS flavor fields) the program never
+    changes; a RayJob's spec is replaced (tpu_fallback/components/jobs.py). After the jobs' test, so the stack keeps
+    the new name (the destroy test renders the plan from the stack's config): no second up to rename it back."""
+    since = len(ws.cli.history)
+    ws.pulumi("config", "set", "--path", "queues.clusterQueue", "renamed-queue", project=ws.repo, stack=INFRA_STACK)
+    diff = ws.pulumi("preview", "--diff", project=ws.repo, stack=INFRA_STACK)
+    # The CLI prints replacements as "+-<type>: (replace)".
+    replaced = re.search(r"\+-kubernetes:kueue\.x-k8s\.io/v1beta2:LocalQueue: \(replace\)", diff.stdout)
+    assert replaced, diff.describe()
+    assert not re.search(r"LocalQueue: \(update\)", diff.stdout), diff.describe()
+    up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+    assert "error" not in up.stdout.lower(), up.describe()
+    local = ws.client.get(KUEUE_API, "LocalQueue", "user-queue", "default") or {}
+    assert local["spec"]["clusterQueue"] == "renamed-queue"
+    assert ws.client.get(KUEUE_API, "ClusterQueue", "cluster-queue") is None
+    expect_no_changes(ws, ws.repo, INFRA_STACK)
+    assert_no_unexpected_warnings(ws, since)
+
+
+# --- 5. destroy ---------------------------------------------------------------------------------------------
 
 
 def test_infra_destroy_removes_every_object(ws: Workspace, infra: InfraStack) -> None:
