@@ -1145,6 +1145,9 @@ class RayDashboard:
     def __init__(self) -> None:
         self._cache: ClusterCache | None = None
         self._lock = threading.Lock()
+        # job id -> (start, end) in ms, fixed once seen, as Ray's own job API reports them (a start_time that moved
+        # on every answer made KubeRay write the RayJob's status at every reconcile)
+        self._times: dict[str, tuple[int, int]] = {}
         self.requests = 0
         dashboard = self
 
@@ -1213,14 +1216,18 @@ class RayDashboard:
                 if method == "DELETE":
                     return 200, {"deleted": True}
                 submitter = self._cache.informer("batch/v1", "Job").get(rayjob["metadata"]["name"], namespace)
-            except KubeError as err:
+            except (KubeError, TimeoutError) as err:  # an informer that could not list
                 return 500, {"error": str(err)}
-        status, end = "RUNNING", 0
+        status = "RUNNING"
         for cond in ((submitter or {}).get("status") or {}).get("conditions") or []:
             if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
                 status = "SUCCEEDED" if cond["type"] == "Complete" else "FAILED"
-                end = int(time.time() * 1000)
-        start = int(time.time() * 1000)
+        with self._lock:
+            now = int(time.time() * 1000)
+            start, end = self._times.get(job_id, (now, 0))
+            if status != "RUNNING" and not end:
+                end = now
+            self._times[job_id] = (start, end)
         return 200, {"job_id": job_id, "submission_id": job_id, "status": status,
                      "entrypoint": rayjob["spec"].get("entrypoint", ""), "message": f"simulated: {status}",
                      "start_time": start, "end_time": end}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,5 +114,40 @@ def test_the_fake_dashboard_answers_only_ray_head_services() -> None:
         assert status == 404
         status, _ = dashboard.answer("GET", "http://head-svc.default.svc.cluster.local:8265/api/jobs/", "")
         assert status == 404  # not connected to a cluster yet
+    finally:
+        dashboard.close()
+
+
+def test_the_fake_dashboard_keeps_a_jobs_start_and_end_time() -> None:
+    """As Ray's job API: start_time stays what it was at the first answer and end_time is set once the submitter Job
+    finished (a start_time that moved on every answer made KubeRay rewrite the RayJob's status each reconcile)."""
+    submitter: dict[str, Any] = {"metadata": {"name": "j", "namespace": "ns"}, "status": {}}
+
+    class Store:
+        def get(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+            return submitter if (name, namespace) == ("j", "ns") else None
+
+    class Cache:
+        def items(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+            return [{"metadata": {"name": "j", "namespace": "ns"}, "spec": {"entrypoint": "python t.py"},
+                     "status": {"jobId": "j-123"}}] if (kind, namespace) == ("RayJob", "ns") else []
+
+        def informer(self, api_version: str, kind: str) -> Store:
+            return Store()
+
+    dashboard = gke_sim.RayDashboard()
+    try:
+        dashboard.connect(Cache())  # type: ignore[arg-type]
+        url = "http://j-head-svc.ns.svc.cluster.local:8265/api/jobs/j-123"
+        status, first = dashboard.answer("GET", url, "")
+        assert status == 200 and first["status"] == "RUNNING" and first["end_time"] == 0
+        time.sleep(0.01)
+        assert dashboard.answer("GET", url, "")[1]["start_time"] == first["start_time"]
+        submitter["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        done = dashboard.answer("GET", url, "")[1]
+        assert done["status"] == "SUCCEEDED" and done["start_time"] == first["start_time"] <= done["end_time"]
+        time.sleep(0.01)
+        assert dashboard.answer("GET", url, "")[1]["end_time"] == done["end_time"]
+        assert dashboard.answer("GET", url.replace("j-123", "other"), "")[0] == 404
     finally:
         dashboard.close()
