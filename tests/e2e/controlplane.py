@@ -344,7 +344,45 @@ def _remove_stale_seeds(root: Path, keep: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+# Ports for the components' listeners come from below the kernel's ephemeral range: outgoing connections take their
+# local ports from that range, so a port found free there could be taken by one (an informer's watch, say) before
+# the component binds it; a parallel run saw etcd fail with "bind: address already in use". Each xdist worker draws
+# from a slice of its own, and a process never hands out a port twice.
+PORT_BASE, PORT_SLICE = 10000, 1000
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
+    """A localhost TCP port nothing listens on, for a component to bind."""
+    low = PORT_BASE + (_worker_index() % 16) * PORT_SLICE
+    if low + PORT_SLICE > _ephemeral_start():
+        return _kernel_port()  # an unusual ephemeral range: take the kernel's pick
+    for port in range(low, low + PORT_SLICE):
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, by another process
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {low}-{low + PORT_SLICE - 1}")
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under pytest-xdist
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _kernel_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
