@@ -667,7 +667,9 @@ def run_stockout(client: KubeClient, sim: GkeSim, infra: ProgramRun, stuck_for: 
     facts["pools_after_preemption"] = {watch.node_pool[n] for n in facts["nodes_after_preemption"]}
     facts["state_after_preemption"] = job.state
     watch.wait_finished([job])
-    facts["finished"] = _finished_condition(client, job)
+    # Kueue marks the Workload Finished moments after the RayJob completes, and the watch (informers) can see the
+    # RayJob first.
+    facts["finished"] = watch.wait(lambda: _finished_condition(client, job), 30, "the Workload's Finished condition")
     return Outcome(watch, facts)
 
 
