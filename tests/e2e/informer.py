@@ -72,10 +72,14 @@ class Informer:
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> Informer:
-        """Start the thread and wait for the first LIST (TimeoutError with the last error after `timeout`)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"informer-{self.kind}", daemon=True)
-            self._thread.start()
+        """Start the thread and wait for the first LIST (TimeoutError with the last error after `timeout`). Any
+        thread may call it, any number of times: the first call starts the informer."""
+        if self._stop.is_set():
+            raise RuntimeError(f"{self} was stopped; make a new one")
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"informer-{self.kind}", daemon=True)
+                self._thread.start()
         if not self._synced.wait(timeout):
             raise TimeoutError(f"{self}: no LIST answered within {timeout:g} s (last error: {self.error})")
         return self
@@ -85,8 +89,10 @@ class Informer:
         stream = self._stream
         if stream is not None:
             stream.interrupt()
-        if self._thread is not None:
-            self._thread.join(5)
+        thread = self._thread
+        if thread is not None:
+            thread.join(5)
+        with self._lock:
             self._thread = None
 
     # --- reading ------------------------------------------------------------------------------------------------

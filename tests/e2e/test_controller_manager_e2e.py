@@ -180,6 +180,8 @@ def test_an_informer_follows_the_api_server_across_watch_restarts(plane: Control
     finally:
         informer.stop()
     assert informer._thread is None
+    with pytest.raises(RuntimeError, match="was stopped"):
+        informer.start()
 
 
 def test_an_informer_lists_again_when_its_watch_is_too_old(plane: ControlPlane) -> None:
