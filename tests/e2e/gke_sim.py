@@ -1145,8 +1145,8 @@ class RayDashboard:
     def __init__(self) -> None:
         self._cache: ClusterCache | None = None
         self._lock = threading.Lock()
-        # job id -> (start, end) in ms, fixed once seen, as Ray's own job API reports them (a start_time that moved
-        # on every answer made KubeRay write the RayJob's status at every reconcile)
+        # job id -> (start, end) in ms, fixed once seen, as Ray's own job API reports them (KubeRay copies them into
+        # the RayJob's status.rayJobInfo)
         self._times: dict[str, tuple[int, int]] = {}
         self.requests = 0
         dashboard = self

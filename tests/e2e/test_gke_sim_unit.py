@@ -120,7 +120,7 @@ def test_the_fake_dashboard_answers_only_ray_head_services() -> None:
 
 def test_the_fake_dashboard_keeps_a_jobs_start_and_end_time() -> None:
     """As Ray's job API: start_time stays what it was at the first answer and end_time is set once the submitter Job
-    finished (a start_time that moved on every answer made KubeRay rewrite the RayJob's status each reconcile)."""
+    finished (it answered the current time at every call before)."""
     submitter: dict[str, Any] = {"metadata": {"name": "j", "namespace": "ns"}, "status": {}}
 
     class Store:
