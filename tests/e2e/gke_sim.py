@@ -1144,10 +1144,10 @@ class RayDashboard:
 
     def __init__(self) -> None:
         self._cache: ClusterCache | None = None
-        self._lock = threading.Lock()
         # job id -> (start, end) in ms, fixed once seen, as Ray's own job API reports them (KubeRay copies them into
-        # the RayJob's status.rayJobInfo)
+        # the RayJob's status.rayJobInfo); each answer runs in a thread of its own, hence the lock
         self._times: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
         self.requests = 0
         dashboard = self
 
@@ -1207,17 +1207,16 @@ class RayDashboard:
         job_id, stop = match.group(1), match.group(2)
         if stop:
             return 200, {"stopped": True}
-        with self._lock:
-            try:
-                rayjobs = self._cache.items("ray.io/v1", "RayJob", namespace)
-                rayjob = next((r for r in rayjobs if (r.get("status") or {}).get("jobId") == job_id), None)
-                if rayjob is None:
-                    return 404, {"error": f"job {job_id} not found"}
-                if method == "DELETE":
-                    return 200, {"deleted": True}
-                submitter = self._cache.informer("batch/v1", "Job").get(rayjob["metadata"]["name"], namespace)
-            except (KubeError, TimeoutError) as err:  # an informer that could not list
-                return 500, {"error": str(err)}
+        try:  # the informers are thread-safe: no lock for reading them
+            rayjobs = self._cache.items("ray.io/v1", "RayJob", namespace)
+            rayjob = next((r for r in rayjobs if (r.get("status") or {}).get("jobId") == job_id), None)
+            if rayjob is None:
+                return 404, {"error": f"job {job_id} not found"}
+            if method == "DELETE":
+                return 200, {"deleted": True}
+            submitter = self._cache.informer("batch/v1", "Job").get(rayjob["metadata"]["name"], namespace)
+        except TimeoutError as err:  # an informer that could not list
+            return 500, {"error": str(err)}
         status = "RUNNING"
         for cond in ((submitter or {}).get("status") or {}).get("conditions") or []:
             if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):

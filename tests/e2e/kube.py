@@ -139,7 +139,7 @@ class KubeClient:
             data = body.encode()
         else:
             data = json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        headers = self._headers()
         if data is not None:
             headers["Content-Type"] = content_type
         wait = self.timeout if timeout is None else timeout
@@ -172,9 +172,14 @@ class KubeClient:
         conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn, True
-        conn = http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self.timeout)
-        self._local.conn = conn
+        conn = self._local.conn = self._new_connection()
         return conn, False
+
+    def _new_connection(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self.timeout)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
 
     def _drop(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -302,9 +307,9 @@ class KubeClient:
         query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
                                         "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)})
         path = f"{res.path()}?{query}"
-        conn = http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self.timeout)
+        conn = self._new_connection()
         try:
-            conn.request("GET", path, headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"})
+            conn.request("GET", path, headers=self._headers())
             resp = conn.getresponse()
             if not 200 <= resp.status < 300:
                 raise _http_error("WATCH", path, resp.status, resp.read())
