@@ -728,7 +728,17 @@ def run_dws_faults(client: KubeClient, sim: GkeSim, infra: ProgramRun) -> Outcom
         return wl if wl is not None and wl["spec"].get("active") is False else None
 
     facts["after_revoked"] = watch.wait(deactivated, 60, "Kueue to deactivate job 3's Workload")
+    # The check's Rejected state is short-lived: once the eviction has cleared the Workload's admission, Kueue drops
+    # the flavor-bound dws-prov check from its status (AdmissionChecksForWorkload lists only the checks of every
+    # flavor then; seen under a cold build's load). The Evicted condition keeps why: read both.
     facts["check_after_revoked"] = dict(_check_state(client, third) or {})
+
+    def evicted() -> dict[str, Any] | None:
+        wl = scenario.workload_of(client, "default", third.name) or {}
+        return next((c for c in (wl.get("status") or {}).get("conditions", [])
+                     if c["type"] == "Evicted" and c["status"] == "True"), None)
+
+    facts["evicted_after_revoked"] = watch.wait(evicted, 60, "Kueue to evict job 3's deactivated Workload")
     facts["nodes_after_revoked"] = sorted(set(watch.node_pool_now()))
     facts["first_plan"] = dict(first.flavors)
     return Outcome(watch, facts)

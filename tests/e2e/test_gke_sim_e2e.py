@@ -236,9 +236,14 @@ def test_dws_failed_booking_expired_and_capacity_revoked_as_kueue_reads_them(box
     # BookingExpired once the pods run: ignored, the job keeps running.
     assert facts["check_after_booking_expired"]["state"] == "Ready", facts["check_after_booking_expired"]
     assert facts["state_after_booking_expired"] == "Running"
-    # CapacityRevoked: the nodes are gone, Kueue rejects the check and deactivates the Workload (which evicts it,
-    # and the eviction resets the check to Pending, "Previously: Rejected").
+    # CapacityRevoked: the nodes are gone, Kueue rejects the check and deactivates the Workload, which evicts it
+    # with the rejected check as the reason. The eviction resets the check to Pending ("Previously: Rejected"), then
+    # Kueue drops it from the status with the admission it belonged to: read right after the deactivation, it is in
+    # one of those states.
+    evicted = facts["evicted_after_revoked"]
+    assert evicted["reason"] == "DeactivatedDueToAdmissionCheck", evicted
+    assert 'AdmissionCheck in Rejected state: "dws-prov"' in evicted["message"], evicted
     check = facts["check_after_revoked"]
-    assert check["state"] == "Rejected" or "Previously: Rejected" in check.get("message", ""), check
+    assert (not check or check["state"] == "Rejected" or "Previously: Rejected" in check.get("message", "")), check
     assert facts["after_revoked"]["spec"]["active"] is False
     assert "dws-pool" not in facts["nodes_after_revoked"], facts["nodes_after_revoked"]
