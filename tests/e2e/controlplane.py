@@ -60,6 +60,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -347,9 +348,11 @@ def _remove_stale_seeds(root: Path, keep: Path) -> None:
 # Ports for the components' listeners come from below the kernel's ephemeral range: outgoing connections take their
 # local ports from that range, so a port found free there could be taken by one (an informer's watch, say) before
 # the component binds it; a parallel run saw etcd fail with "bind: address already in use". Each xdist worker draws
-# from a slice of its own, and a process never hands out a port twice.
+# from a slice of its own, and a process never hands out a port twice, not even to two threads at once (MultiKueue's
+# two control planes start side by side).
 PORT_BASE, PORT_SLICE = 10000, 1000
 _handed_out: set[int] = set()
+_handing_out = threading.Lock()
 
 
 def free_port() -> int:
@@ -357,16 +360,17 @@ def free_port() -> int:
     low = PORT_BASE + (_worker_index() % 16) * PORT_SLICE
     if low + PORT_SLICE > _ephemeral_start():
         return _kernel_port()  # an unusual ephemeral range: take the kernel's pick
-    for port in range(low, low + PORT_SLICE):
-        if port in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # in use, by another process
-        _handed_out.add(port)
-        return port
+    with _handing_out:
+        for port in range(low, low + PORT_SLICE):
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # in use, by another process
+            _handed_out.add(port)
+            return port
     raise RuntimeError(f"no free port left in {low}-{low + PORT_SLICE - 1}")
 
 
