@@ -733,12 +733,9 @@ def run_dws_faults(client: KubeClient, sim: GkeSim, infra: ProgramRun) -> Outcom
     # flavor then; seen under a cold build's load). The Evicted condition keeps why: read both.
     facts["check_after_revoked"] = dict(_check_state(client, third) or {})
 
-    def evicted() -> dict[str, Any] | None:
-        wl = scenario.workload_of(client, "default", third.name) or {}
-        return next((c for c in (wl.get("status") or {}).get("conditions", [])
-                     if c["type"] == "Evicted" and c["status"] == "True"), None)
-
-    facts["evicted_after_revoked"] = watch.wait(evicted, 60, "Kueue to evict job 3's deactivated Workload")
+    facts["evicted_after_revoked"] = watch.wait(
+        lambda: scenario.true_condition(scenario.workload_of(client, "default", third.name), "Evicted"), 60,
+        "Kueue to evict job 3's deactivated Workload")
     facts["nodes_after_revoked"] = sorted(set(watch.node_pool_now()))
     facts["first_plan"] = dict(first.flavors)
     return Outcome(watch, facts)

@@ -60,11 +60,12 @@ def apply_infra(client: KubeClient, infra: ProgramRun) -> None:
     for obj in infra.kubernetes_objects():
         client.apply(obj)
     cq = next(o for o in infra.kubernetes_objects() if o["kind"] == "ClusterQueue")
-    client.wait_for(lambda: _condition(client.get(KUEUE_API, "ClusterQueue", cq["metadata"]["name"]), "Active"),
+    client.wait_for(lambda: true_condition(client.get(KUEUE_API, "ClusterQueue", cq["metadata"]["name"]), "Active"),
                     60, f"ClusterQueue {cq['metadata']['name']} Active")
 
 
-def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+def true_condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    """The object's condition of that type if its status is True, else None."""
     if not obj:
         return None
     found = [c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind]
