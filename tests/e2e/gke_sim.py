@@ -961,14 +961,19 @@ class GkeSim:
         self._note(f"ProvisioningRequest {key} accepted")
         return req
 
-    def _request_pod_sets(self, pr: Mapping[str, Any]) -> list[tuple[dict[str, Any], int]]:
-        """(pod template as a pod, count) per PodSet of the request."""
+    def _request_pod_sets(self, pr: Mapping[str, Any]) -> list[tuple[dict[str, Any], int]] | None:
+        """(pod template as a pod, count) per PodSet of the request; None when the request is gone already (the
+        informer can still list a request whose PodTemplates Kueue has just deleted with it)."""
         out = []
+        meta = pr["metadata"]
         for ps in (pr.get("spec") or {}).get("podSets") or []:
-            template = self.client.get("v1", "PodTemplate", ps["podTemplateRef"]["name"], pr["metadata"]["namespace"])
+            template = self.client.get("v1", "PodTemplate", ps["podTemplateRef"]["name"], meta["namespace"])
             if template is None:
+                live = self.client.get(PROVREQ_API, "ProvisioningRequest", meta["name"], meta["namespace"])
+                if live is None or live["metadata"]["uid"] != meta["uid"] or live["metadata"].get("deletionTimestamp"):
+                    return None
                 raise KubeError(404, f"PodTemplate {ps['podTemplateRef']['name']} of ProvisioningRequest "
-                                f"{pr['metadata']['name']} not found")
+                                f"{meta['name']} not found")
             pod = {"metadata": template["template"].get("metadata") or {}, "spec": template["template"]["spec"]}
             out.append((pod, int(ps["count"])))
         return out
@@ -980,7 +985,10 @@ class GkeSim:
             return
         planned = dict(used)
         plan: list[tuple[NodePool, int]] = []
-        for pod, count in self._request_pod_sets(pr):
+        pod_sets = self._request_pod_sets(pr)
+        if pod_sets is None:
+            return  # deleted meanwhile: the next pass stops tracking it
+        for pod, count in pod_sets:
             request = pod_requests(pod)
             pool = next((p for p in self.pools.values()
                          if p.queued and self.capacity[p.name] and self._why_not(p, pod, request) is None

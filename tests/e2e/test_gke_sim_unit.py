@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e import gke_sim
 from tests.e2e.gke_scenarios import PROD, TUTORIAL, flavor_plans, flavors_spanning_pools
+from tests.e2e.kube import KubeError
 
 
 def _dev_pools() -> tuple[gke_sim.NodePool, gke_sim.NodePool, gke_sim.NodePool]:
@@ -151,3 +152,46 @@ def test_the_fake_dashboard_keeps_a_jobs_start_and_end_time() -> None:
         assert dashboard.answer("GET", url.replace("j-123", "other"), "")[0] == 404
     finally:
         dashboard.close()
+
+
+class _FakeClient:
+    """Answers GET from a dict keyed by (kind, name); everything else is absent."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def get(self, api: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.objects.get((kind, name))
+
+
+def _request(uid: str = "u1") -> dict[str, Any]:
+    return {"metadata": {"name": "pr", "namespace": "default", "uid": uid},
+            "spec": {"podSets": [{"podTemplateRef": {"name": "ppt"}, "count": 2}]}}
+
+
+def _sim_with(objects: dict[tuple[str, str], dict[str, Any]]) -> gke_sim.GkeSim:
+    sim = object.__new__(gke_sim.GkeSim)  # only the client is used by the method under test
+    sim._client = _FakeClient(objects)  # type: ignore[assignment]
+    return sim
+
+
+def test_a_request_deleted_with_its_pod_templates_is_skipped_not_an_error() -> None:
+    # Kueue deletes the ProvisioningRequest and its PodTemplates when the Workload is evicted or deactivated; the
+    # informer can still list the request for a moment after its template is gone.
+    assert _sim_with({})._request_pod_sets(_request()) is None
+    replaced = {("ProvisioningRequest", "pr"): _request(uid="u2")}
+    assert _sim_with(replaced)._request_pod_sets(_request()) is None
+    deleting = _request()
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+    assert _sim_with({("ProvisioningRequest", "pr"): deleting})._request_pod_sets(_request()) is None
+
+
+def test_a_live_request_without_its_pod_template_is_an_error() -> None:
+    with pytest.raises(KubeError, match="PodTemplate ppt of ProvisioningRequest pr not found"):
+        _sim_with({("ProvisioningRequest", "pr"): _request()})._request_pod_sets(_request())
+
+
+def test_a_request_with_its_template_gives_the_pod_and_count() -> None:
+    template = {"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}}}
+    sets = _sim_with({("PodTemplate", "ppt"): template})._request_pod_sets(_request())
+    assert sets == [({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}}, 2)]
