@@ -931,6 +931,10 @@ class ControlPlane:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector", KWOK_NODE_SELECTOR,
             "--cidr", KWOK_POD_CIDR,
+            # The kwok binary's default is 0, no node Leases (only kwokctl sets 40: v1alpha1 zz_generated.defaults.go
+            # in sigs.k8s.io/kwok v0.8.0). Without Leases every node's heartbeat lapses ~50 s after it comes up and
+            # kube-controller-manager marks its pods Ready=False for good (the sim reports that as an error).
+            "--node-lease-duration-seconds", "40",
         ])
 
     def _start_kuberay(self, comps: Components, gke: GkeOptions) -> None:

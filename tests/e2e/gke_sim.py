@@ -497,6 +497,7 @@ class GkeSim:
         self.scale_up_delays: dict[str, float] = {}
         self.log: list[SimEvent] = []
         self.errors: list[str] = []
+        self._lapsed: set[str] = set()  # nodes whose heartbeat lapsed (reported once each)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -552,6 +553,7 @@ class GkeSim:
             self._events_sent.clear()
             self.log.clear()
             self.errors.clear()
+            self._lapsed.clear()
             self._t0 = time.monotonic()
             for pool in self.pools.values():
                 if pool.fixed_nodes:
@@ -670,10 +672,25 @@ class GkeSim:
         now = self.elapsed()
         self._finish_upcoming(now)
         nodes = self._nodes()
+        self._check_heartbeats(now, nodes)
         pods = self._informer("v1", "Pod").items()
         self._provisioning(now, nodes, pods)
         self._scale_up(now, nodes, pods)
         self._scale_down(now, nodes, pods)
+
+    def _check_heartbeats(self, now: float, nodes: Sequence[Mapping[str, Any]]) -> None:
+        """A node whose heartbeat lapsed is a broken box, not GKE: kube-controller-manager's node lifecycle marks it
+        Unknown (reason NodeStatusUnknown) and its pods Ready=False, which KWOK's stages never undo, so a RayCluster
+        on it never turns Ready again. KWOK keeps the nodes alive by renewing their Leases
+        (--node-lease-duration-seconds); record it once per node if that ever stops."""
+        for node in nodes:
+            name = node["metadata"]["name"]
+            ready = next((c for c in (node.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
+                         None)
+            if ready and ready.get("reason") == "NodeStatusUnknown" and name not in self._lapsed:
+                self._lapsed.add(name)
+                self.errors.append(f"{now:.1f}s: node {name}'s heartbeat lapsed ({ready.get('message')}): "
+                                   "KWOK is not renewing its Lease in kube-node-lease")
 
     def _nodes(self) -> list[dict[str, Any]]:
         return [n for n in self._informer("v1", "Node").items()

@@ -195,3 +195,22 @@ def test_a_request_with_its_template_gives_the_pod_and_count() -> None:
     template = {"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}}}
     sets = _sim_with({("PodTemplate", "ppt"): template})._request_pod_sets(_request())
     assert sets == [({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c"}]}}, 2)]
+
+
+def _node(name: str, reason: str) -> dict[str, Any]:
+    status = "Unknown" if reason == "NodeStatusUnknown" else "True"
+    return {"metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": status, "reason": reason,
+                                       "message": "Kubelet stopped posting node status."}]}}
+
+
+def test_a_node_whose_heartbeat_lapsed_is_a_sim_error_once() -> None:
+    # kube-controller-manager marks a node whose Lease is not renewed Unknown and its pods not Ready for good (KWOK's
+    # stages only ready Pending pods), which once stalled a RayCluster: the sim reports it instead of waiting.
+    sim = object.__new__(gke_sim.GkeSim)
+    sim.errors, sim._lapsed = [], set()
+    nodes = [_node("tpu-1", "KubeletReady"), _node("tpu-2", "NodeStatusUnknown")]
+    sim._check_heartbeats(50.0, nodes)
+    sim._check_heartbeats(51.0, nodes)
+    assert len(sim.errors) == 1, sim.errors
+    assert "tpu-2" in sim.errors[0] and "Lease" in sim.errors[0]
