@@ -66,6 +66,9 @@ INFRA_RULES: list[tuple[dict[str, Any], list[str]]] = [
     ({"gcp:project": "123456789012"}, ["gcp:project", "starts with a letter"]),
     # numbers where a version is text
     ({"kueue": {"version": 0.2}}, ["kueue.version", "0.2", "quote it"]),
+    # a Kueue the project is not verified with
+    ({"kueue": {"version": "0.18.3"}}, ["kueue.version", '"0.18.3"', "verified with Kueue 0.19.2",
+                                        "kueue.allowUnverifiedVersion: true"]),
     # zones
     ({"location": "us-central1-b"}, ["location", "flex-start (plan B) only in"]),
     ({"location": "us-central2-b", "flexStart": {"enabled": False}}, ["location", "v6e TPUs are not offered there"]),

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from tests.conftest import crdcheck, infra
+from tpu_fallback.model.kueue_features import VERIFIED_VERSIONS
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.queues import queue_plan
-from tpu_fallback.model.settings import parse_settings
+from tpu_fallback.model.settings import KueueSettings, parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 from tpu_fallback.render import kueue as manifests
@@ -119,12 +120,25 @@ def test_helm_release(dev: ProgramRun) -> None:
 
 
 def test_feature_gates_and_version_follow_config() -> None:
-    run = infra("dev", {"kueue": {"version": "0.18.3", "featureGates": {"TopologyAwareScheduling": False}}})
+    run = infra("dev", {"kueue": {"version": "0.18.3", "allowUnverifiedVersion": True,
+                                  "featureGates": {"TopologyAwareScheduling": False}}})
     release = run.one(RELEASE).inputs
     assert release["version"] == "0.18.3"
     assert release["values"]["controllerManager"]["featureGates"] == [
         {"name": "TopologyAwareScheduling", "enabled": False}]
     assert run.outputs["kueueVersion"] == "0.18.3"
+
+
+def test_a_kueue_version_the_project_is_not_verified_with_is_refused_unless_opted_in() -> None:
+    assert KueueSettings().version in VERIFIED_VERSIONS
+    with pytest.raises(ConfigError, match=r"kueue.version.*0\.18\.3.*verified with Kueue 0\.19\.2.*allowUnverified"):
+        parse_settings({"kueue": {"version": "0.18.3"}}, "my-project")
+    opted_in = parse_settings({"kueue": {"version": "0.20.0", "allowUnverifiedVersion": True}}, "my-project")
+    assert opted_in.kueue.version == "0.20.0"
+    # Its gates are still checked, against the newest verified version's list.
+    with pytest.raises(ConfigError, match="has no such feature gate"):
+        parse_settings({"kueue": {"version": "0.20.0", "allowUnverifiedVersion": True,
+                                  "featureGates": {"NoSuchGate": True}}}, "my-project")
 
 
 def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRun) -> None:
@@ -137,7 +151,8 @@ def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRu
     assert probe["kind"] == "ResourceFlavor" and "generateName" in probe["metadata"]
     role = dev.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "tpu-cluster-kueue-gate-role").inputs
     assert role["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]}]
-    upgraded = infra("dev", {"kueue": {"version": "0.19.3"}}).one("kubernetes:batch/v1:Job").inputs
+    upgraded = infra("dev", {"kueue": {"version": "0.19.3", "allowUnverifiedVersion": True}}).one(
+        "kubernetes:batch/v1:Job").inputs
     assert upgraded["spec"]["template"] != job["spec"]["template"]  # a new template replaces the Job
 
 

@@ -3,6 +3,11 @@
 
 Taken from sigs.k8s.io/kueue@<version>/pkg/features/kube_features.go (every `featuregate.Feature` constant);
 tests/e2e checks the list against that file in the Go module cache. Add a version when you pin it.
+
+The versions listed are also the ones the project is verified with (VERIFIED_VERSIONS): the manager config it
+renders (config.kueue.x-k8s.io/v1beta2), the Kueue API the fallback controller reads and writes
+(kueue.x-k8s.io/v1beta2, its eviction reasons) and the e2e suite's Kueue build. Add a version only with the e2e
+suite run against it (tests/e2e/build_components.sh KUEUE_VERSION).
 """
 
 from __future__ import annotations
@@ -42,3 +47,6 @@ FEATURE_GATES: dict[str, frozenset[str]] = {
         "WorkloadValidationForPodSetMetadata"
     }),
 }
+
+# The Kueue versions the project is verified with; others need kueue.allowUnverifiedVersion.
+VERIFIED_VERSIONS: tuple[str, ...] = tuple(FEATURE_GATES)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
-from tpu_fallback.model.kueue_features import FEATURE_GATES
+from tpu_fallback.model.kueue_features import FEATURE_GATES, VERIFIED_VERSIONS
 from tpu_fallback.model.quantity import Resources, parse_quantity
 from tpu_fallback.model.validation import (
     DNS_LABEL,
@@ -472,10 +472,15 @@ def _refuse_number(key: str, value: Any) -> None:
 
 def _parse_kueue(value: Any) -> KueueSettings:
     d = KueueSettings()
-    obj = object_("kueue", value, ("version", "featureGates", "podMonitoring", "install"))
+    obj = object_("kueue", value, ("version", "featureGates", "podMonitoring", "install", "allowUnverifiedVersion"))
     _refuse_number("kueue.version", obj.get("version"))
     version = string("kueue.version", obj.get("version", d.version), _SEMVER,
                      "expected a Kueue chart version x.y.z such as 0.19.2")
+    unverified = boolean("kueue.allowUnverifiedVersion", obj.get("allowUnverifiedVersion", False))
+    if version not in VERIFIED_VERSIONS and not unverified:
+        raise fail("kueue.version", version, f"this project is verified with Kueue {', '.join(VERIFIED_VERSIONS)} "
+                   "(the manager config it writes and the fallback controller use Kueue's v1beta2 APIs); set "
+                   "kueue.allowUnverifiedVersion: true to use another at your own risk")
     gates_raw = obj.get("featureGates", dict(d.feature_gates))
     if not isinstance(gates_raw, Mapping):
         raise fail("kueue.featureGates", gates_raw, "expected a map of gate name to true/false, "
@@ -486,9 +491,12 @@ def _parse_kueue(value: Any) -> KueueSettings:
             raise fail("kueue.featureGates", name, "gate names are CamelCase such as ElasticJobsViaWorkloadSlices")
         if not isinstance(enabled, bool):
             raise fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
-        known = FEATURE_GATES.get(version)
-        if known is not None and name not in known:
-            raise fail("kueue.featureGates", name, f"Kueue {version} has no such feature gate"
+        # An unverified version's gates are checked against the newest verified version's: unknown gates are
+        # still refused (Kueue's controller would exit on one).
+        checked = version if version in FEATURE_GATES else VERIFIED_VERSIONS[-1]
+        known = FEATURE_GATES[checked]
+        if name not in known:
+            raise fail("kueue.featureGates", name, f"Kueue {checked} has no such feature gate"
                        f"{did_you_mean(name, known)} (its controller would exit with 'unrecognized feature gate')")
         gates.append((name, enabled))
     return KueueSettings(version=version, feature_gates=tuple(gates),
