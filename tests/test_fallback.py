@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -54,22 +55,52 @@ def node(pool: str, created: float = T0, ready: bool = True) -> d.Node:
 # --- closing plan A ----------------------------------------------------------------------------------------------
 
 
-def test_a_job_whose_pods_never_start_closes_every_plan_a_flavor_after_stockout_after() -> None:
-    stuck = workload("job-1", "on-demand", admitted_since=T0)
+def test_unschedulable_pods_without_an_event_close_every_plan_a_flavor_after_stockout_after_and_evict() -> None:
+    stuck = workload("job-1", "on-demand", admitted_since=T0, pods_unschedulable=True)
     assert d.decide(CONFIG, snap(T0 + 599, [stuck])) == []
-    (action,) = d.decide(CONFIG, snap(T0 + 600, [stuck]))
-    assert isinstance(action, d.ClosePlanA)
-    assert action.flavors == ("on-demand", "on-demand-2") and action.since == T0 + 600
-    assert action.cause == "default/job-1" and "stockoutAfter 600s" in action.why
+    close, evict = d.decide(CONFIG, snap(T0 + 600, [stuck]))
+    assert isinstance(close, d.ClosePlanA)
+    assert close.flavors == ("on-demand", "on-demand-2") and close.since == T0 + 600
+    assert close.cause == "default/job-1" and "stockoutAfter (600s)" in close.why
+    assert isinstance(evict, d.Evict) and (evict.namespace, evict.name) == ("default", "job-1")
 
 
-@pytest.mark.parametrize("case", ["started", "on plan B", "finished", "not admitted"])
-def test_only_a_plan_a_job_that_never_started_counts_as_a_stock_out(case: str) -> None:
-    w = {"started": workload("j", "on-demand", admitted_since=T0, pods_started=True),
-         "on plan B": workload("j", "dws", admitted_since=T0),
-         "finished": workload("j", "on-demand", admitted_since=T0, finished=True),
-         "not admitted": workload("j", "on-demand", admitted_since=None)}[case]
-    assert not any(isinstance(a, d.ClosePlanA) for a in d.decide(CONFIG, snap(T0 + 10_000, [w])))
+def test_gkes_no_capacity_event_closes_plan_a_at_once_without_waiting_for_stockout_after() -> None:
+    stuck = workload("job-1", "on-demand", admitted_since=T0, pods_unschedulable=True, stockout_event=T0 + 30)
+    close, evict = d.decide(CONFIG, snap(T0 + 31, [stuck]))
+    assert isinstance(close, d.ClosePlanA) and close.since == T0 + 31 and "GKE's autoscaler" in close.why
+    assert isinstance(evict, d.Evict) and evict.name == "job-1"
+
+
+@pytest.mark.parametrize("case", ["scheduled, not Ready", "on plan B", "finished", "not admitted", "no pods yet"])
+def test_only_unschedulable_pods_of_an_admitted_plan_a_job_count_as_a_stock_out(case: str) -> None:
+    # A crash loop or an image that does not pull: the pods are scheduled, plan A has capacity.
+    w = {"scheduled, not Ready": workload("j", "on-demand", admitted_since=T0),
+         "on plan B": workload("j", "dws", admitted_since=T0, pods_unschedulable=True, stockout_event=T0),
+         "finished": workload("j", "on-demand", admitted_since=T0, finished=True, pods_unschedulable=True),
+         "not admitted": workload("j", "on-demand", admitted_since=None, pods_unschedulable=True,
+                                  stockout_event=T0),
+         "no pods yet": workload("j", "on-demand", admitted_since=T0, stockout_event=T0)}[case]
+    assert not any(isinstance(a, d.ClosePlanA | d.Evict) for a in d.decide(CONFIG, snap(T0 + 10_000, [w])))
+
+
+def test_while_closed_every_job_stuck_on_plan_a_is_evicted_once_but_not_a_multikueue_copy() -> None:
+    closed = {"on-demand": T0, "on-demand-2": T0}
+    late = workload("late", "on-demand", admitted_since=T0 + 5, pods_unschedulable=True, stockout_event=T0 + 8)
+    copy = workload("copy", "on-demand", admitted_since=T0 + 5, pods_unschedulable=True, stockout_event=T0 + 8,
+                    multikueue_copy=True)
+    evicting = workload("gone", "on-demand", admitted_since=T0, pods_unschedulable=True, stockout_event=T0,
+                        annotations={d.EVICTING_ANNOTATION: "t"})
+    (evict,) = d.decide(CONFIG, snap(T0 + 10, [late, copy, evicting], closed))
+    assert isinstance(evict, d.Evict) and evict.name == "late"
+
+
+def test_an_evicted_job_is_reactivated_once_kueue_released_it() -> None:
+    evicted = workload("job-1", None, active=False, quota_reserved=False, annotations={d.EVICTING_ANNOTATION: "t"})
+    (action,) = d.decide(CONFIG, snap(T0, [evicted]))
+    assert isinstance(action, d.Reactivate) and action.name == "job-1" and "plan B" in action.why
+    held = workload("job-1", "on-demand", active=False, annotations={d.EVICTING_ANNOTATION: "t"})
+    assert d.decide(CONFIG, snap(T0, [held])) == []
 
 
 def test_plan_a_reopens_after_the_cool_down_and_not_before() -> None:
@@ -88,7 +119,8 @@ def test_a_new_ready_plan_a_node_reopens_plan_a_early_an_old_one_does_not() -> N
 
 
 def test_while_closed_a_stuck_job_does_not_close_again_and_a_half_done_close_is_completed() -> None:
-    stuck = workload("job-1", "on-demand", admitted_since=T0 - 5000)
+    stuck = workload("job-1", "on-demand", admitted_since=T0 - 5000, pods_unschedulable=True,
+                     annotations={d.EVICTING_ANNOTATION: "t"})
     assert d.decide(CONFIG, snap(T0 + 10, [stuck], {"on-demand": T0, "on-demand-2": T0})) == []
     (action,) = d.decide(CONFIG, snap(T0 + 10, [stuck], {"on-demand": T0}))
     assert isinstance(action, d.ClosePlanA)
@@ -212,11 +244,11 @@ def test_the_taint_value_is_when_plan_a_closed() -> None:
     assert read_flavor({"metadata": {"name": "x"}, "spec": {}}, render.TAINT_KEY).closed_since is None
 
 
-def test_health_fails_when_no_pass_finished_lately() -> None:
+def test_health_is_the_loops_heartbeat() -> None:
     metrics = Metrics()
     assert metrics.healthy(60, now=metrics.started + 59)
     assert not metrics.healthy(60, now=metrics.started + 61)
-    metrics.set("tpu_fallback_last_reconcile_timestamp_seconds", metrics.started + 100)
+    metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", metrics.started + 100)
     assert metrics.healthy(60, now=metrics.started + 150)
     assert "tpu_fallback_plan_a_closes_total 0" in metrics.text()
 
@@ -254,7 +286,11 @@ def test_the_controller_objects() -> None:
     writes = [r for r in role["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
     assert {(tuple(r["resources"]), tuple(r.get("resourceNames", ()))) for r in writes} == {
         (("resourceflavors",), ("on-demand",)), (("workloads",), ()), (("events",), ())}
-    assert not any({"create", "delete", "update"} & set(r["verbs"]) for r in writes if r["resources"] != ["events"])
+    # Writes: update only the plan A flavors named (the taint's read-modify-write), patch Workloads, create Events.
+    assert not any({"create", "delete", "update"} & set(r["verbs"]) for r in writes
+                   if r["resources"] not in (["events"], ["resourceflavors"]))
+    (flavors_rule,) = [r for r in writes if r["resources"] == ["resourceflavors"]]
+    assert flavors_rule["verbs"] == ["get", "update"] and flavors_rule["resourceNames"] == ["on-demand"]
 
 
 def test_a_new_setting_restarts_the_controller_pod() -> None:
@@ -279,9 +315,17 @@ def settings(fallback: Any, **raw: Any) -> FallbackSettings:
 
 
 def test_durations_read_like_kubectls() -> None:
-    parsed = settings({"stockoutAfter": "1h30m", "coolDown": "0s", "pollInterval": "2s", "requeueBackoff": "90s"})
-    assert (parsed.stockout_after, parsed.cool_down, parsed.poll_interval, parsed.requeue_backoff) == (5400, 0, 2, 90)
+    parsed = settings({"stockoutAfter": "1h30m", "coolDown": "1m", "pollInterval": "2s", "requeueBackoff": "90s"})
+    assert (parsed.stockout_after, parsed.cool_down, parsed.poll_interval, parsed.requeue_backoff) == (5400, 60, 2, 90)
     assert parsed.pods_ready_timeout > parsed.stockout_after + parsed.poll_interval
+
+
+def test_kueues_pods_ready_timeout_is_a_long_backstop_never_shorter_than_kueues_default() -> None:
+    from tpu_fallback.model.settings import KUEUE_PODS_READY_TIMEOUT
+
+    short = settings({"stockoutAfter": "20s", "pollInterval": "1s", "coolDown": "45s"})
+    assert short.pods_ready_timeout == KUEUE_PODS_READY_TIMEOUT == 30 * 60
+    assert settings({"stockoutAfter": "1h"}).pods_ready_timeout > 3600
 
 
 @pytest.mark.parametrize(("fallback", "raw", "message"), [
@@ -290,6 +334,8 @@ def test_durations_read_like_kubectls() -> None:
     ({"stockoutAfter": "5s"}, {}, "must be between 10s"),
     ({"stockoutAfter": "12s", "pollInterval": "10s"}, {}, "at least twice fallback.pollInterval"),
     ({"coolDown": "-1m"}, {}, "fallback.coolDown"),
+    ({"coolDown": "0s"}, {}, 'fallback.coolDown "0s" is invalid: must be at least 30s'),
+    ({"coolDown": "40s", "pollInterval": "10s"}, {}, "must be at least 50s"),
     ({"stockOutAfter": "10m"}, {}, "did you mean stockoutAfter"),
     ({"image": "Python:3"}, {}, "fallback.image"),
     ({"enabled": True}, {"flexStart": {"enabled": False}}, "needs both plans"),
@@ -386,3 +432,299 @@ def test_the_controller_keeps_one_connection_and_sends_again_once_the_server_clo
     ports = [port for port, _ in seen]
     assert [path for _, path in seen] == ["/prefix/a", "/prefix/b-then-close", "/prefix/missing", "/prefix/c"]
     assert ports[0] == ports[1] != ports[2] == ports[3], seen  # two connections for four calls
+
+
+# --- GKE's evidence, and acting against a fake API ------------------------------------------------------------------
+
+
+# GKE's cluster autoscaler's words (tpu_fallback/fallback/controller.py quotes their source).
+OUT_OF_RESOURCES = ("Node scale up in zones us-east5-b associated with this pod failed: GCE out of resources. Pod is "
+                    "at risk of not being scheduled.")
+IN_BACKOFF = ("pod didn't trigger scale-up: 1 in backoff after failed scale-up, 2 node(s) didn't match Pod's node "
+              "affinity")
+
+
+@pytest.mark.parametrize(("reason", "message", "no_capacity"), [
+    ("FailedScaleUp", OUT_OF_RESOURCES, True),
+    ("FailedScaleUp", "Node scale up in zones z associated with this pod failed: GCE quota exceeded.", True),
+    ("NotTriggerScaleUp", IN_BACKOFF, True),
+    ("FailedScaleUp", "Node scale up in zones z associated with this pod failed: Internal error.", False),
+    ("NotTriggerScaleUp", "pod didn't trigger scale-up: 3 node(s) didn't match Pod's node affinity/selector", False),
+    ("TriggeredScaleUp", "pod triggered scale-up: [{on-demand-pool 0->4 (max: 4)}]", False),
+])
+def test_which_autoscaler_events_say_there_is_no_capacity(reason: str, message: str, no_capacity: bool) -> None:
+    from tpu_fallback.fallback.controller import says_no_capacity
+
+    assert says_no_capacity(reason, message) is no_capacity
+
+
+def pod(name: str, job: str, *, scheduled: bool = False) -> dict[str, Any]:
+    """A RayJob's worker pod as KubeRay labels it: with its RayCluster's name (ray_cluster(job))."""
+    cond = {"type": "PodScheduled", "status": "True"} if scheduled else {
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    return {"metadata": {"name": name, "namespace": "default",
+                         "labels": {"ray.io/cluster": f"{job}-x7k2p", "ray.io/node-type": "worker"}},
+            "spec": {"nodeName": "n1"} if scheduled else {},
+            "status": {"phase": "Pending", "conditions": [cond]}}
+
+
+def ray_cluster(job: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{job}-x7k2p", "namespace": "default", "ownerReferences": [
+        {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": job, "controller": True}]}}
+
+
+def event(pod_name: str, reason: str, message: str, at: str = "2026-12-01T10:00:32Z") -> dict[str, Any]:
+    return {"involvedObject": {"kind": "Pod", "namespace": "default", "name": pod_name}, "reason": reason,
+            "message": message, "firstTimestamp": at, "lastTimestamp": "2026-12-01T10:05:00Z"}
+
+
+def owned(job: str) -> dict[str, Any]:
+    obj = kueue_workload()
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": job,
+                                           "controller": True}]
+    return obj
+
+
+def test_a_workload_reads_its_pods_unschedulable_and_the_first_no_capacity_event_on_them() -> None:
+    from tpu_fallback.fallback.controller import PodEvidence, parse_time
+
+    evidence = PodEvidence.read(
+        [pod("job-1-worker-a", "job-1"), pod("job-2-worker-a", "job-2", scheduled=True)],
+        [event("job-1-worker-a", "FailedScaleUp", OUT_OF_RESOURCES),
+         event("job-1-worker-a", "NotTriggerScaleUp", IN_BACKOFF, at="2026-12-01T10:01:00Z"),
+         event("job-2-worker-a", "FailedScaleUp", OUT_OF_RESOURCES)],  # scheduled since: no evidence
+        [ray_cluster("job-1"), ray_cluster("job-2")])
+    one, two = read_workload(owned("job-1"), set(), evidence), read_workload(owned("job-2"), set(), evidence)
+    assert one.pods_unschedulable and one.stockout_event == parse_time("2026-12-01T10:00:32Z")
+    assert not two.pods_unschedulable and two.stockout_event is None
+
+
+class FakeKube:
+    """An API server's answers for the controller's calls: objects by path, failures queued per (method, path)."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+        self.failures: dict[tuple[str, str], list[Exception]] = {}
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def _fail(self, method: str, path: str) -> None:
+        queued = self.failures.get((method, path))
+        if queued:
+            raise queued.pop(0)
+
+    def get(self, path: str) -> Any:
+        self.calls.append(("GET", path, None))
+        self._fail("GET", path)
+        return json.loads(json.dumps(self.objects[path]))
+
+    def list(self, path: str) -> list[Any]:
+        self.calls.append(("LIST", path, None))
+        self._fail("LIST", path)
+        return list(json.loads(json.dumps(self.objects.get(path.split("?")[0], []))))
+
+    def replace(self, path: str, obj: Any) -> Any:
+        self.calls.append(("PUT", path, obj))
+        self._fail("PUT", path)
+        self.objects[path] = obj
+        return obj
+
+    def merge_patch(self, path: str, patch: Any) -> Any:
+        self.calls.append(("PATCH", path, patch))
+        self._fail("PATCH", path)
+        return {}
+
+    def create(self, path: str, obj: Any) -> Any:
+        self.calls.append(("POST", path, obj))
+        self._fail("POST", path)
+        return obj
+
+
+FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
+ADMIN_TAINT = {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
+
+
+def fake_cluster() -> FakeKube:
+    flavor_objects = {name: {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                             "metadata": {"name": name, "resourceVersion": "7"},
+                             "spec": {"nodeLabels": {POOL: f"{name}-pool"}, "nodeTaints": [dict(ADMIN_TAINT)]}}
+                      for name in ("on-demand", "on-demand-2", "dws")}
+    stuck = owned("job-1")
+    stuck["metadata"]["resourceVersion"] = "42"
+    objects: dict[str, Any] = {f"{FLAVORS}/{n}": o for n, o in flavor_objects.items()}
+    objects.update({
+        FLAVORS: list(flavor_objects.values()),
+        "/apis/kueue.x-k8s.io/v1beta2/workloads": [stuck],
+        "/api/v1/pods": [pod("job-1-worker-a", "job-1")],
+        "/apis/ray.io/v1/rayclusters": [ray_cluster("job-1")],
+        "/api/v1/events": [event("job-1-worker-a", "FailedScaleUp", OUT_OF_RESOURCES)],
+    })
+    return FakeKube(objects)
+
+
+def controller_on(kube: FakeKube) -> Any:
+    from tpu_fallback.fallback.controller import Controller, Settings
+
+    return Controller(kube, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+
+
+def taints(kube: FakeKube, flavor: str) -> list[dict[str, Any]]:
+    return list(kube.objects[f"{FLAVORS}/{flavor}"]["spec"]["nodeTaints"])
+
+
+def test_close_and_reopen_keep_an_admins_taint_and_write_with_the_resource_version_read() -> None:
+    kube = fake_cluster()
+    controller = controller_on(kube)
+    actions = controller.reconcile(now=parse_now("2026-12-01T10:00:40Z"))
+    assert [type(a).__name__ for a in actions] == ["ClosePlanA", "Evict"]
+    for flavor in ("on-demand", "on-demand-2"):
+        assert taints(kube, flavor)[0] == ADMIN_TAINT and taints(kube, flavor)[1]["key"] == CONFIG.taint_key
+    assert taints(kube, "dws") == [ADMIN_TAINT]
+    puts = [c for c in kube.calls if c[0] == "PUT"]
+    assert all(c[2]["metadata"]["resourceVersion"] == "7" for c in puts), puts
+    controller.set_taint("on-demand", None)
+    assert taints(kube, "on-demand") == [ADMIN_TAINT]
+
+
+def test_a_conflicting_write_reads_the_flavor_again_and_keeps_what_the_other_writer_added() -> None:
+    from tpu_fallback.fallback.kube import KubeError
+
+    kube = fake_cluster()
+    path = f"{FLAVORS}/on-demand"
+    other = {"key": "late", "value": "x", "effect": "NoSchedule"}
+
+    def conflict() -> KubeError:  # meanwhile an admin added a taint
+        kube.objects[path]["spec"]["nodeTaints"].append(other)
+        return KubeError(409, "PUT", path, "the object has been modified")
+
+    kube.failures[("PUT", path)] = [conflict()]
+    controller_on(kube).set_taint("on-demand", "1764583202")
+    assert taints(kube, "on-demand") == [ADMIN_TAINT, other, {"key": CONFIG.taint_key, "value": "1764583202",
+                                                              "effect": "NoSchedule"}]
+    assert [c[0] for c in kube.calls] == ["GET", "PUT", "GET", "PUT"]
+
+
+@pytest.mark.parametrize("failure", [403, 500, "timeout"])
+def test_a_rejected_workload_patch_does_not_stop_the_close_and_is_counted(failure: Any) -> None:
+    from tpu_fallback.fallback.kube import KubeError
+
+    kube = fake_cluster()
+    path = "/apis/kueue.x-k8s.io/v1beta2/namespaces/default/workloads/rayjob-job-1-abcde"
+    error: Exception = TimeoutError("timed out") if failure == "timeout" else KubeError(failure, "PATCH", path, "no")
+    kube.failures[("PATCH", path)] = [error]
+    controller = controller_on(kube)
+    actions = controller.reconcile(now=parse_now("2026-12-01T10:00:40Z"))
+    assert [type(a).__name__ for a in actions] == ["ClosePlanA"]
+    assert taints(kube, "on-demand")[-1]["key"] == CONFIG.taint_key
+    assert controller.metrics.values["tpu_fallback_action_errors_total"] == 1
+    (patch,) = [c for c in kube.calls if c[0] == "PATCH"]
+    assert patch[2]["metadata"]["resourceVersion"] == "42" and patch[2]["spec"] == {"active": False}
+
+
+def parse_now(stamp: str) -> float:
+    from tpu_fallback.fallback.controller import parse_time
+
+    value = parse_time(stamp)
+    assert value is not None
+    return value
+
+
+# --- no taint outlives the controller ------------------------------------------------------------------------------
+
+
+def closed_cluster(closed_at: float) -> FakeKube:
+    """A cluster whose plan A flavors carry our taint (closed at `closed_at`) beside an admin's."""
+    kube = fake_cluster()
+    for name in CONFIG.plan_a_flavors:
+        kube.objects[f"{FLAVORS}/{name}"]["spec"]["nodeTaints"].append(
+            {"key": CONFIG.taint_key, "value": str(int(closed_at)), "effect": "NoSchedule"})
+    return kube
+
+
+def test_passes_that_keep_failing_still_reopen_plan_a_once_its_cool_down_passed() -> None:
+    import threading
+
+    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.kube import KubeError
+
+    kube = closed_cluster(closed_at=time.time() - CONFIG.cool_down - 1)
+    workloads = "/apis/kueue.x-k8s.io/v1beta2/workloads"
+    kube.failures[("LIST", workloads)] = [KubeError(403, "GET", workloads, "forbidden")] * 3
+    stop = threading.Event()
+
+    class FailingPasses(Controller):
+        def reconcile(self, now: float | None = None) -> list[d.Action]:
+            try:
+                return super().reconcile(now)
+            finally:
+                if not kube.failures[("LIST", workloads)]:
+                    stop.set()
+
+    controller = FailingPasses(kube, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+    controller.run(stop)
+    assert controller.metrics.values["tpu_fallback_reconcile_errors_total"] == 3
+    for name in CONFIG.plan_a_flavors:
+        assert taints(kube, name) == [ADMIN_TAINT]
+
+
+def test_the_sweep_keeps_a_close_within_its_cool_down_so_a_restart_carries_it_on() -> None:
+    closed_at = time.time() - 60
+    kube = closed_cluster(closed_at)
+    assert controller_on(kube).sweep(now=closed_at + CONFIG.cool_down - 1) == []
+    assert all(taints(kube, n)[-1]["key"] == CONFIG.taint_key for n in CONFIG.plan_a_flavors)
+    assert controller_on(kube).sweep(now=closed_at + CONFIG.cool_down) == list(CONFIG.plan_a_flavors)
+    assert all(taints(kube, n) == [ADMIN_TAINT] for n in CONFIG.plan_a_flavors)
+
+
+DEPLOYMENT = "/apis/apps/v1/namespaces/kueue-system/deployments/tpu-fallback-controller"
+
+
+@pytest.mark.parametrize("state, reopens", [
+    ("running", False), ("deleting", True), ("gone", True), ("scaled to zero", True)])
+def test_on_its_way_out_the_controller_reopens_plan_a_only_when_its_deployment_goes_away(
+        state: str, reopens: bool) -> None:
+    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.kube import KubeError
+
+    kube = closed_cluster(closed_at=time.time())
+    deployment: dict[str, Any] = {"metadata": {"name": "tpu-fallback-controller"}, "spec": {"replicas": 1}}
+    if state == "deleting":
+        deployment["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    elif state == "scaled to zero":
+        deployment["spec"]["replicas"] = 0
+    if state == "gone":
+        kube.failures[("GET", DEPLOYMENT)] = [KubeError(404, "GET", DEPLOYMENT, "not found")]
+    kube.objects[DEPLOYMENT] = deployment
+    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01,  # type: ignore[arg-type]
+                                           deployment="kueue-system/tpu-fallback-controller"))
+    assert controller.release_if_removed() is reopens
+    for name in CONFIG.plan_a_flavors:
+        assert (taints(kube, name) == [ADMIN_TAINT]) is reopens
+    assert any(c[2]["reason"] == "PlanAReopened" for c in kube.calls if c[0] == "POST") is reopens
+
+
+def test_the_controller_can_read_its_own_deployment_and_nothing_else_in_its_namespace() -> None:
+    run = infra("dev")
+    deployment = run.one("kubernetes:apps/v1:Deployment").inputs
+    configmap = run.one("kubernetes:core/v1:ConfigMap", "tpu-cluster-fallback-config").inputs
+    own = f"{deployment['metadata']['namespace']}/{deployment['metadata']['name']}"
+    assert json.loads(configmap["data"]["config.json"])["deployment"] == own
+    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "tpu-cluster-fallback-deployment-role").inputs
+    assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
+                              "resourceNames": [deployment["metadata"]["name"]], "verbs": ["get"]}]
+    binding = run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
+                      "tpu-cluster-fallback-deployment-binding").inputs
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"][0]["name"] == account and binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_without_an_unschedulable_pod_the_controller_lists_no_events_or_ray_clusters() -> None:
+    kube = fake_cluster()
+    kube.objects["/api/v1/pods"] = [pod("job-1-worker-a", "job-1", scheduled=True)]
+    controller_on(kube).reconcile(now=parse_now("2026-12-01T10:00:40Z"))
+    listed = [c[1] for c in kube.calls if c[0] == "LIST"]
+    assert not any(p.startswith(("/api/v1/events", "/apis/ray.io/")) for p in listed), listed
+    kube = fake_cluster()
+    controller_on(kube).reconcile(now=parse_now("2026-12-01T10:00:40Z"))
+    events = [c[1] for c in kube.calls if c[0] == "LIST" and c[1].startswith("/api/v1/events")]
+    assert len(events) == 2 and all("reason%3D" in p for p in events), events

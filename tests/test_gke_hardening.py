@@ -16,6 +16,7 @@ from tpu_fallback.model import catalog
 from tpu_fallback.model.settings import node_account_ids, parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
+from tpu_fallback.render.fallback import NAME as FALLBACK_CONTROLLER
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -227,7 +228,8 @@ def test_pod_monitoring_sends_a_token_bound_to_kueues_metrics_reader_role() -> N
     assert len(bindings) == 4 and all(b["subjects"][0]["name"] == account for b in bindings)
     readers = [o for o in objects if o["kind"] == "RoleBinding" and o["subjects"][0]["namespace"] == "gmp-system"]
     assert len(readers) == 4 and all(r["subjects"][0]["name"] == "collector" for r in readers)
-    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "kueue-system"]
+    roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "kueue-system"
+             and o["metadata"]["name"] != FALLBACK_CONTROLLER]  # the controller's own: reads its Deployment
     assert all(r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [account],
                                "verbs": ["get", "list", "watch"]}] for r in roles)
 

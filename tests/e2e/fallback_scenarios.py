@@ -29,6 +29,7 @@ import copy
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,13 +46,13 @@ from tests.e2e import gke_scenarios as gs
 from tests.e2e import scenario
 from tests.e2e.gke_sim import GkeSim, Timings, pools_from_plan, with_run_time
 from tests.e2e.kube import KubeClient
-from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun
+from tpu_fallback.offline.mockrun import ProgramRun
+from tpu_fallback.render.fallback import MOUNT
 
 T = TypeVar("T")
 KUEUE_API = scenario.KUEUE_API
 HELM_RELEASE_TYPE = "kubernetes:helm.sh/v3:Release"
 CONTROLLER_NAMESPACE = "kueue-system"
-CONTROLLER_CONFIGMAP = "tpu-fallback-controller"
 CONTROLLER_NAME = "tpu-fallback-controller"  # its ServiceAccount, ClusterRole and binding too
 CONTROLLER_CONFIG_KEY = "config.json"
 # The controller's Events and annotations (tpu_fallback/fallback).
@@ -84,15 +85,10 @@ CONTROLLER_LATENCY = 15.0
 
 
 def controller_config(infra: ProgramRun) -> dict[str, Any]:
-    """The controller's configuration: `config.json` of the ConfigMap kueue-system/tpu-fallback-controller."""
-    for obj in infra.kubernetes_objects():
-        meta = obj.get("metadata") or {}
-        if obj.get("kind") == "ConfigMap" and meta.get("name") == CONTROLLER_CONFIGMAP and meta.get(
-                "namespace") == CONTROLLER_NAMESPACE:
-            config: dict[str, Any] = json.loads(obj["data"][CONTROLLER_CONFIG_KEY])
-            return config
-    raise LookupError(f"the plan of {infra.project}/{infra.stack} has no ConfigMap {CONTROLLER_NAMESPACE}/"
-                      f"{CONTROLLER_CONFIGMAP} (is the fallback on?)")
+    """The controller's configuration: `config.json` of the ConfigMap its Deployment mounts."""
+    files, _ = controller_bundle(infra)
+    config: dict[str, Any] = json.loads(files[CONTROLLER_CONFIG_KEY])
+    return config
 
 
 def kueue_manager_config(infra: ProgramRun) -> dict[str, Any] | None:
@@ -162,22 +158,22 @@ class Bounds:
             dws_provision=sim_timings.dws_provision * real_per_sim,
         )
 
-    @property
-    def grace(self) -> float:
-        """How much later than the controller's stock-out verdict Kueue evicts (PodsReady timeout - stockoutAfter)."""
-        return self.pods_ready_timeout - self.stockout_after
-
     def to_plan_b(self) -> float:
-        """Submission of a job stuck on plan A to all its pods Running on plan B: Kueue's PodsReady timeout (the
-        controller taints plan A at stockoutAfter, before it), the first requeue backoff, DWS provisioning and
-        the controllers' latency."""
-        return self.pods_ready_timeout + self.backoff_base + self.dws_provision + self.poll + CONTROLLER_LATENCY
+        """Submission of a job stuck on plan A to all its pods Running on plan B without GKE's Event (the backstop):
+        the controller closes plan A and evicts the job at stockoutAfter, Kueue requeues it at once (a
+        reactivated Workload has no backoff), then DWS provisioning and the controllers' latency. Kueue's own
+        PodsReady timeout (30 min) plays no part."""
+        return self.stockout_after + self.dws_provision + self.poll + CONTROLLER_LATENCY
+
+    def after_signal(self) -> float:
+        """GKE's FailedScaleUp Event to all the job's pods Running on plan B: the controller's poll, DWS
+        provisioning and the latency (the issue's "FailedScaleUp + 15 s", plus the simulated DWS's delay)."""
+        return self.poll + self.dws_provision + CONTROLLER_LATENCY
 
     def describe(self) -> str:
-        return (f"stockoutAfter {self.stockout_after:g} s + grace {self.grace:g} s (PodsReady timeout "
-                f"{self.pods_ready_timeout:g} s) + requeue backoff {self.backoff_base:g} s + DWS "
-                f"{self.dws_provision:g} s + poll {self.poll:g} s + latency {CONTROLLER_LATENCY:g} s = "
-                f"{self.to_plan_b():g} s")
+        return (f"stockoutAfter {self.stockout_after:g} s + DWS {self.dws_provision:g} s + poll {self.poll:g} s + "
+                f"latency {CONTROLLER_LATENCY:g} s = {self.to_plan_b():g} s; after GKE's FailedScaleUp "
+                f"{self.after_signal():g} s")
 
 
 # --- the controller as a process ---------------------------------------------------------------------------------
@@ -187,30 +183,76 @@ class ControllerExitedError(AssertionError):
     """The fallback controller exited while the scenario expected it to run."""
 
 
+def controller_bundle(infra: ProgramRun) -> tuple[dict[str, str], dict[str, Any]]:
+    """What the controller's pod runs, as shipped: the files its Deployment mounts from the ConfigMap (path under
+    the mount -> text, config.json included) and its container (command, env)."""
+    objects = infra.kubernetes_objects()
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == CONTROLLER_NAME]
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = pod["volumes"]
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume[
+        "configMap"]["name"] and o["metadata"]["namespace"] == CONTROLLER_NAMESPACE]
+    files = {item["path"]: configmap["data"][item["key"]] for item in volume["configMap"]["items"]}
+    (container,) = pod["containers"]
+    return files, container
+
+
+@functools.cache
+def image_python() -> str:
+    """A plain interpreter (no venv) of the controller image's Python version, as on the machine: on PATH, or a
+    pyenv build. None found: the base interpreter of this venv, said in the controller's log."""
+    from tpu_fallback.model.settings import FALLBACK_IMAGE_PYTHON
+
+    name = f"python{FALLBACK_IMAGE_PYTHON}"
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    builds = sorted(str(p) for p in root.glob(f"versions/{FALLBACK_IMAGE_PYTHON}.*/bin/{name}"))
+    candidates = [shutil.which(name), *builds]
+    for candidate in candidates:
+        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return str(Path(sys.base_prefix) / "bin" / "python3")
+
+
 class Controller:
-    """`python -m tpu_fallback.fallback --config <file> --kubeconfig <file>` as a subprocess, its output (stdout
-    and stderr) in `<workdir>/<name>.log` (each start appends a marker line).
+    """The controller's pod as a subprocess: exactly the files its ConfigMap ships (written under
+    `<workdir>/<name>/`, as the pod mounts them), run by a plain interpreter of the image's Python version with
+    `-S` (no site-packages: the distroless image has none) and the container's own command and env; its output
+    in `<workdir>/<name>.log` (each start appends a marker line).
 
     The config is the plan's, except `metricsPort`: a free port of 127.0.0.1 instead of the pod's 9090 (the
-    process runs on the test machine, where 9090 may be taken); `metrics()` reads its /metrics there."""
+    process runs on the test machine, where 9090 may be taken); `metrics()` reads its /metrics there. Outside a
+    pod it reads the cluster through `--kubeconfig` (the plan's ServiceAccount's token)."""
 
-    def __init__(self, config: Mapping[str, Any], kubeconfig: Path, workdir: Path,
-                 python: str = sys.executable, name: str = "fallback-controller") -> None:
-        self.config = dict(config)
+    def __init__(self, bundle: tuple[dict[str, str], dict[str, Any]] | None, kubeconfig: Path, workdir: Path,
+                 python: str | None = None, name: str = "fallback-controller") -> None:
+        files, container = bundle or ({CONTROLLER_CONFIG_KEY: "{}"}, {"command": [], "env": []})
+        self.files = dict(files)
+        self.container = container
+        self.config: dict[str, Any] = json.loads(files[CONTROLLER_CONFIG_KEY])
         self.kubeconfig = kubeconfig
         self.workdir = workdir
-        self.python = python
-        self.config_file = workdir / f"{name}-config.json"
+        self.python = python or image_python()
+        self.mount = workdir / name
+        self.config_file = self.mount / CONTROLLER_CONFIG_KEY
         self.log = workdir / f"{name}.log"
         self._popen: subprocess.Popen[bytes] | None = None
         self.starts: list[float] = []  # time.monotonic() of each start
         self.exits: list[int] = []  # return code of each stop or kill
         self.metrics_port: int | None = None
 
+    def _in_mount(self, value: str) -> str:
+        return value.replace(MOUNT, str(self.mount))
+
     @property
     def argv(self) -> list[str]:
-        return [self.python, "-m", "tpu_fallback.fallback", "--config", str(self.config_file),
-                "--kubeconfig", str(self.kubeconfig)]
+        command = [self._in_mount(arg) for arg in self.container["command"]]
+        if command[:1] != ["python3"]:
+            raise AssertionError(f"the controller's command does not start with python3: {command}")
+        return [self.python, "-S", *command[1:], "--kubeconfig", str(self.kubeconfig)]
+
+    def _env(self) -> dict[str, str]:
+        env = {e["name"]: self._in_mount(e["value"]) for e in self.container["env"]}
+        return {**env, "PATH": "/usr/bin:/bin", "HOME": str(self.mount)}
 
     @property
     def pid(self) -> int | None:
@@ -224,14 +266,17 @@ class Controller:
             from tests.e2e.controlplane import free_port
 
             self.metrics_port = config["metricsPort"] = free_port()
+        for path, text in self.files.items():
+            target = self.mount / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
         self.config_file.write_text(json.dumps(config, indent=2))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.log.open("ab") as out:
             out.write(f"---- start {len(self.starts) + 1} at {time.strftime('%H:%M:%S')}: "
                       f"{' '.join(self.argv)}\n".encode())
             out.flush()
             self._popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                           cwd=REPO_ROOT, env=env, start_new_session=True,
+                                           cwd=self.mount, env=self._env(), start_new_session=True,
                                            preexec_fn=_die_with_parent)
         self.starts.append(time.monotonic())
 
@@ -544,10 +589,12 @@ class FallbackBox(gs.SimBox):
             _wait_lists_answer(self.plane.client)
         plane, sim = self.plane, self.sim
         self.scenarios += 1
-        config = controller_config(self.infra) if controller else {}
+        bundle = controller_bundle(self.infra) if controller else None
         kubeconfig = controller_kubeconfig(plane, self.infra) if controller else plane.kubeconfig
-        ctl = Controller(config, kubeconfig, plane.workdir, name=f"fallback-controller-{self.scenarios}")
-        env = Env(plane, sim, self.infra, ctl, config, self.wait_for_pods_ready)
+        if controller:  # what the process reads on its way out: is its Deployment going away?
+            apply_controller_deployment(plane.client, self.infra)
+        ctl = Controller(bundle, kubeconfig, plane.workdir, name=f"fallback-controller-{self.scenarios}")
+        env = Env(plane, sim, self.infra, ctl, ctl.config if controller else {}, self.wait_for_pods_ready)
         try:
             if controller:
                 ctl.start()
@@ -565,11 +612,11 @@ def controller_kubeconfig(plane: Any, infra: ProgramRun) -> Path:
     """A kubeconfig with a token of the plan's own ServiceAccount for the controller, so it runs with exactly the
     ClusterRole the stack grants it (least privilege proved, not assumed). The plan's SA, role and binding are
     applied first (apply_infra applies them again, unchanged); the token comes from the TokenRequest API."""
-    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     rbac = [o for o in infra.kubernetes_objects()
             if o["kind"] in kinds and o["metadata"]["name"] == CONTROLLER_NAME]
-    if len(rbac) != 3:
-        raise AssertionError(f"the plan has no ServiceAccount/ClusterRole/ClusterRoleBinding {CONTROLLER_NAME}")
+    if len(rbac) != len(kinds):
+        raise AssertionError(f"the plan has no {'/'.join(sorted(kinds))} {CONTROLLER_NAME}")
     client: KubeClient = plane.client
     if client.get("v1", "Namespace", CONTROLLER_NAMESPACE) is None:
         client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONTROLLER_NAMESPACE}})
@@ -586,6 +633,14 @@ def controller_kubeconfig(plane: Any, infra: ProgramRun) -> Path:
         "contexts": [{"name": "controller", "context": {"cluster": "e2e", "user": CONTROLLER_NAME}}],
     }))
     return path
+
+
+def apply_controller_deployment(client: KubeClient, infra: ProgramRun) -> None:
+    """The plan's Deployment of the controller (its pod is a KWOK pod on the system pool; the process itself runs
+    on the test machine): on SIGTERM the controller reopens plan A only if this is being deleted or is gone."""
+    (deployment,) = [o for o in infra.kubernetes_objects()
+                     if o["kind"] == "Deployment" and o["metadata"]["name"] == CONTROLLER_NAME]
+    client.apply(deployment)
 
 
 # What gke_scenarios.reset, the watch and the controller list.
@@ -643,10 +698,10 @@ def _submit_one(watch: FallbackWatch, objects: Sequence[Mapping[str, Any]], name
 
 
 def run_stockout_fallback(env: Env) -> gs.Outcome:
-    """(a) Plan A stocked out. Job 1 is admitted to plan A, its pods never start; the controller taints plan A at
-    stockoutAfter, Kueue evicts at its PodsReady timeout and requeues after the backoff, and the job runs on plan
-    B. Job 2, submitted during the cool-down, goes straight to plan B. Capacity returns; once the cool-down is
-    over (the taint gone), job 3 runs on plan A."""
+    """(a) Plan A stocked out. Job 1 is admitted to plan A, its pods stay unschedulable; GKE's autoscaler writes
+    FailedScaleUp on them, the controller taints plan A and evicts the job at once, Kueue requeues it, and the job
+    runs on plan B. Job 2, submitted during the cool-down, goes straight to plan B. Capacity returns; once the
+    cool-down is over (the taint gone), job 3 runs on plan A."""
     client, sim = env.client, env.sim
     watch = env.watch()
     scenario.apply_infra(client, env.infra)
@@ -654,10 +709,13 @@ def run_stockout_fallback(env: Env) -> gs.Outcome:
     sim.set_capacity(PLAN_A_POOL, False)
     objects = _jobs(env, 3, "stockout")
     bound = env.bounds()
+    wall_minus_watch = time.time() - watch.now()
     first = _submit_one(watch, objects, "stockout-1")
     watch.wait_running([first], bound.to_plan_b() + 30)
     facts: dict[str, Any] = {"bound": bound, "first_to_running": (first.running or 0) - first.submitted,
-                             "tainted_at": watch.tainted_since(), "first_submitted": first.submitted}
+                             "tainted_at": watch.tainted_since(), "first_submitted": first.submitted,
+                             "running_at": first.running,
+                             "failed_scale_up_at": first_event_time(client, "FailedScaleUp", wall_minus_watch)}
     facts["taint_during"] = {f: h[-1][1] for f, h in watch.plan_a_taint_changes().items()}
     # Job 2 while plan A is closed.
     second = _submit_one(watch, objects, "stockout-2")
@@ -782,6 +840,15 @@ def _check_pending(client: KubeClient, record: gs.JobRecord) -> dict[str, Any] |
         return None
     checks = {c["name"]: c["state"] for c in (wl.get("status") or {}).get("admissionChecks", [])}
     return wl if checks and all(state == "Pending" for state in checks.values()) else None
+
+
+def first_event_time(client: KubeClient, reason: str, wall_minus_watch: float) -> float | None:
+    """The watch's time of the first Event of `reason` in "default" (Events carry whole wall-clock seconds)."""
+    from datetime import datetime
+
+    stamps = [datetime.fromisoformat(e["firstTimestamp"].replace("Z", "+00:00")).timestamp()
+              for e in gs.events(client, "default", reason) if e.get("firstTimestamp")]
+    return min(stamps) - wall_minus_watch if stamps else None
 
 
 def run_restart_during_stockout(env: Env) -> gs.Outcome:

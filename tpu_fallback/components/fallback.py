@@ -1,8 +1,8 @@
 """FallbackController: the in-cluster controller that moves jobs from plan A to plan B on a stock-out.
 
-It changes only what Pulumi leaves alone: the taint on plan A's flavors (server-side apply under its own field
-manager; the flavor resources also ignore `spec.nodeTaints`) and Workloads (never Pulumi's). `pulumi destroy`
-removes it with everything else; the flavors it tainted go with the queues.
+It changes only what Pulumi leaves alone: its own taint on plan A's flavors (read-modify-write, every other taint
+kept; the flavor resources ignore `spec.nodeTaints`) and Workloads (never Pulumi's). Turning the fallback off or
+`pulumi destroy` deletes the Deployment, and the exiting controller reopens plan A first.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ class FallbackController(pulumi.ComponentResource):
         role = kubernetes_object(f"{name}-role", render.cluster_role(args.plan), child)
         binding = kubernetes_object(f"{name}-binding", render.cluster_role_binding(),
                                     pulumi.ResourceOptions(parent=self, depends_on=[account, role]))
+        own = kubernetes_object(f"{name}-deployment-role", render.deployment_role(), child)
+        own_binding = kubernetes_object(f"{name}-deployment-binding", render.deployment_role_binding(),
+                                        pulumi.ResourceOptions(parent=self, depends_on=[account, own]))
         config = kubernetes_object(f"{name}-config", render.config_map(args.plan, args.fallback), child)
+        # The Deployment depends on its RBAC, so `pulumi destroy` or turning the fallback off deletes it first
+        # (pulumi-kubernetes deletes with Foreground propagation: the object stays until its pod has exited), and
+        # the pod's way out, which reopens plan A, still has its permissions.
         self.deployment = kubernetes_object(
             f"{name}-deployment", render.deployment(args.plan, args.fallback, args.system_pool),
-            pulumi.ResourceOptions(parent=self, depends_on=[binding, config, args.ready]))
+            pulumi.ResourceOptions(parent=self, depends_on=[binding, own_binding, config, args.ready]))
         self.register_outputs({"name": render.NAME, "namespace": render.NAMESPACE})

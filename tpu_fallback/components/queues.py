@@ -44,8 +44,8 @@ class FallbackQueues(pulumi.ComponentResource):
             return custom_resource(f"{name}-{logical}", obj, pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on]), replace))
 
-        # The fallback controller taints plan A's flavors on a stock-out (server-side apply, its own field
-        # manager); ignoring the field there keeps a `pulumi up` after a `pulumi refresh` from taking it away.
+        # The fallback controller taints plan A's flavors on a stock-out (read-modify-write of its own taint, others
+        # kept); ignoring the field there keeps a `pulumi up` after a `pulumi refresh` from taking it away.
         flavors = [custom_resource(f"{name}-flavor-{f.name}", render.resource_flavor(f), pulumi.ResourceOptions(
             parent=self, depends_on=[args.ready],
             ignore_changes=["spec.nodeTaints"] if f.plan == ON_DEMAND else None)) for f in plan.flavors]

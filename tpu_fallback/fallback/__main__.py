@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         list(settings.decide.plan_a_flavors), list(settings.decide.plan_b_flavors),
         settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds)
     controller.run(stop)
+    try:  # fallback turned off or removed: leave no taint behind (a restart keeps the close)
+        controller.release_if_removed()
+    except Exception:
+        logging.getLogger("tpu-fallback").exception("could not check whether the controller is being removed")
+        return 1
     return 0
 
 

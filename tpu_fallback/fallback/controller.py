@@ -35,6 +35,9 @@ class Settings:
     decide: d.Config
     poll_seconds: float = 5.0
     metrics_port: int = 9090  # 0: no metrics endpoint
+    # The controller's own Deployment ("namespace/name"): when it is deleted or scaled to zero, the controller
+    # reopens plan A on its way out, so no taint outlives it. None: run outside a Deployment (tests, --once).
+    deployment: str | None = None
 
     @classmethod
     def from_file(cls, path: Path) -> Settings:
@@ -47,6 +50,7 @@ class Settings:
                 taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]),
             ),
             poll_seconds=float(raw["pollSeconds"]), metrics_port=int(raw["metricsPort"]),
+            deployment=raw.get("deployment"),
         )
 
 
@@ -80,7 +84,85 @@ def read_flavor(obj: Mapping[str, Any], taint_key: str) -> d.Flavor:
     return d.Flavor(obj["metadata"]["name"], dict(spec.get("nodeLabels") or {}), since)
 
 
-def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]]) -> d.Workload:
+# --- GKE's evidence of a stock-out --------------------------------------------------------------------------------
+# GKE's cluster autoscaler writes Events on the pending pods it tried to place (GKE, "Troubleshoot cluster
+# autoscaler not scaling up", https://cloud.google.com/kubernetes-engine/docs/troubleshooting/cluster-autoscaler-scale-up;
+# kubernetes-sigs/cluster-autoscaler, core/scaleup/orchestrator and processors/status/eventing_scale_up_processor.go):
+#   FailedScaleUp     "Node scale up in zones <zone> associated with this pod failed: GCE out of resources. Pod is at
+#                      risk of not being scheduled."  (also "GCE quota exceeded", and ZONE_RESOURCE_POOL_EXHAUSTED /
+#                      stockout errors, as Cloud Logging's scale.up.error.out.of.resources / .quota.exceeded)
+#   NotTriggerScaleUp "pod didn't trigger scale-up: 1 in backoff after failed scale-up, ..." (the node group is in
+#                      back-off after such a failure: still no capacity)
+# A FailedScaleUp for another reason (a bad instance template, an IP range exhausted) is not a stock-out and is left
+# to the stockoutAfter backstop.
+SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED = "FailedScaleUp", "NotTriggerScaleUp"
+_NO_CAPACITY = ("out of resources", "quota exceeded", "quota_exceeded", "resource_pool_exhausted", "stockout",
+                "stock-out")
+_BACKOFF = "in backoff after failed scale-up"
+# What names a pod's job: a Job's pods carry the Job's name (batch.kubernetes.io/job-name); a RayJob's pods carry
+# their RayCluster's (ray.io/cluster, KubeRay ray-operator/controllers/ray/common/pod.go labelPod), and the RayCluster
+# is owned by the RayJob (rayjob_controller.go constructRayClusterForRayJob).
+JOB_NAME_LABEL, RAY_CLUSTER_LABEL = "batch.kubernetes.io/job-name", "ray.io/cluster"
+RAY_CLUSTERS = "/apis/ray.io/v1/rayclusters"
+
+
+def says_no_capacity(reason: str, message: str) -> bool:
+    """An autoscaler Event saying GKE has no VMs for the pod now (a stock-out, quota, or the back-off after one)."""
+    text = message.lower()
+    if reason == SCALE_UP_FAILED:
+        return any(marker in text for marker in _NO_CAPACITY)
+    return reason == SCALE_UP_NOT_TRIGGERED and _BACKOFF in text
+
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Pending and refused by the scheduler (PodScheduled False/Unschedulable); a scheduled pod never counts."""
+    if (pod.get("status") or {}).get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+        return False
+    cond = _condition(pod, "PodScheduled")
+    return cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
+
+
+@dataclass(frozen=True)
+class PodEvidence:
+    """Per (namespace, job name): has an unschedulable pod; when GKE first said it has no capacity for one."""
+
+    unschedulable: set[tuple[str, str]]
+    no_capacity_since: dict[tuple[str, str], float]
+
+    @classmethod
+    def read(cls, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
+             ray_clusters: Iterable[Mapping[str, Any]] = ()) -> PodEvidence:
+        ray_job_of = {(c["metadata"]["namespace"], c["metadata"]["name"]): owner
+                      for c in ray_clusters if (owner := _owner_name(c, "RayJob"))}
+        job_of: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, pod name) of an unschedulable pod -> job
+        for pod in pods:
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            job = labels.get(JOB_NAME_LABEL) or ray_job_of.get((meta["namespace"], labels.get(RAY_CLUSTER_LABEL, "")))
+            if job and unschedulable(pod):
+                job_of[(meta["namespace"], meta["name"])] = (meta["namespace"], job)
+        since: dict[tuple[str, str], float] = {}
+        for event in events:
+            involved = event.get("involvedObject") or {}
+            job = job_of.get((involved.get("namespace", ""), involved.get("name", "")))
+            if job is None or involved.get("kind") != "Pod" or not says_no_capacity(
+                    str(event.get("reason", "")), str(event.get("message", ""))):
+                continue
+            when = parse_time(event.get("firstTimestamp") or event.get("eventTime")
+                              or (event.get("metadata") or {}).get("creationTimestamp")) or 0.0
+            since[job] = min(since.get(job, when), when)
+        return cls(set(job_of.values()), since)
+
+
+def _owner_name(obj: Mapping[str, Any], kind: str | None = None) -> str | None:
+    """The name of an object's controlling owner (of `kind`, if given)."""
+    owners = [o for o in obj["metadata"].get("ownerReferences") or [] if kind is None or o.get("kind") == kind]
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    return None if owner is None else str(owner.get("name"))
+
+
+def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]],
+                  evidence: PodEvidence | None = None) -> d.Workload:
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
     admission = status.get("admission") or {}
     tpu_flavor: str | None = None
@@ -100,6 +182,8 @@ def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]]) -> 
         "WaitForStart", "PodsReady"))
     checks = status.get("admissionChecks") or []
     key = (meta["namespace"], meta["name"])
+    job = (meta["namespace"], _owner_name(obj) or "")  # the job it stands for: a RayJob, a Job
+    evidence = evidence or PodEvidence(set(), {})
     return d.Workload(
         namespace=meta["namespace"], name=meta["name"], created=parse_time(meta.get("creationTimestamp")) or 0.0,
         cluster_queue=admission.get("clusterQueue"), tpu_flavor=tpu_flavor, usage=usage,
@@ -112,6 +196,9 @@ def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]]) -> 
         finished=_true(obj, "Finished"),
         multikueue_copy=d.MULTIKUEUE_ORIGIN_LABEL in (meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
+        pods_unschedulable=job in evidence.unschedulable,
+        stockout_event=evidence.no_capacity_since.get(job),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
@@ -153,13 +240,31 @@ def snapshot(kube: Kube, config: d.Config, now: float) -> d.Snapshot:
             raise
         requests = []
     provisioned = provisioned_owners(requests)
+    evidence = _pod_evidence(kube)
     return d.Snapshot(
         now=now,
         flavors={f.name: f for f in (read_flavor(o, config.taint_key) for o in kube.list(f"{KUEUE}/resourceflavors"))},
-        workloads=tuple(read_workload(o, provisioned) for o in kube.list(f"{KUEUE}/workloads")),
+        workloads=tuple(read_workload(o, provisioned, evidence) for o in kube.list(f"{KUEUE}/workloads")),
         nodes=tuple(read_node(o) for o in kube.list("/api/v1/nodes")),
         free={o["metadata"]["name"]: free_quota(o) for o in kube.list(f"{KUEUE}/clusterqueues")},
     )
+
+
+def _pod_evidence(kube: Kube) -> PodEvidence:
+    """Pending pods, and only when one is unschedulable the autoscaler's two Event reasons on pods and the
+    RayClusters: in steady state one small LIST, not every Event of the cluster."""
+    pending = kube.list("/api/v1/pods?fieldSelector=status.phase%3DPending")
+    if not any(unschedulable(p) for p in pending):
+        return PodEvidence(set(), {})
+    events = [e for reason in (SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED)
+              for e in kube.list(f"/api/v1/events?fieldSelector=involvedObject.kind%3DPod%2Creason%3D{reason}")]
+    try:
+        ray_clusters = kube.list(RAY_CLUSTERS)
+    except KubeError as err:
+        if err.status != 404:  # no KubeRay: Jobs only
+            raise
+        ray_clusters = []
+    return PodEvidence.read(pending, events, ray_clusters)
 
 
 # --- acting -------------------------------------------------------------------------------------------------------
@@ -174,7 +279,9 @@ class Metrics:
         self.values: dict[str, float] = {
             "tpu_fallback_plan_a_closed": 0, "tpu_fallback_plan_a_closes_total": 0,
             "tpu_fallback_plan_a_reopens_total": 0, "tpu_fallback_moves_to_plan_a_total": 0,
-            "tpu_fallback_reconcile_errors_total": 0, "tpu_fallback_last_reconcile_timestamp_seconds": 0,
+            "tpu_fallback_reconcile_errors_total": 0, "tpu_fallback_action_errors_total": 0,
+            "tpu_fallback_evictions_total": 0, "tpu_fallback_last_reconcile_timestamp_seconds": 0,
+            "tpu_fallback_loop_heartbeat_timestamp_seconds": 0,
         }
 
     def add(self, name: str, amount: float = 1) -> None:
@@ -186,9 +293,10 @@ class Metrics:
             self.values[name] = value
 
     def healthy(self, max_age: float, now: float | None = None) -> bool:
-        """A reconcile pass finished within `max_age` seconds (or the process is younger than that)."""
+        """The loop went round within `max_age` seconds (or the process is younger than that). A heartbeat, not the
+        API server's health: a control-plane upgrade makes passes fail, and restarting the pod would not help."""
         now = time.time() if now is None else now
-        last = self.values["tpu_fallback_last_reconcile_timestamp_seconds"] or self.started
+        last = self.values["tpu_fallback_loop_heartbeat_timestamp_seconds"] or self.started
         return now - last <= max_age
 
     def text(self) -> str:
@@ -236,8 +344,15 @@ class Controller:
         config = self.settings.decide
         snap = snapshot(self.kube, config, now)
         actions = d.decide(config, snap)
-        for action in actions:
-            self._act(action, snap)
+        done: list[d.Action] = []
+        for action in actions:  # each on its own: one rejected patch does not hold up the rest (the taint first)
+            try:
+                self._act(action, snap)
+                done.append(action)
+            except (KubeError, OSError) as err:
+                self.metrics.add("tpu_fallback_action_errors_total")
+                log.warning("%s failed, retried next pass: %s", type(action).__name__, err)
+        actions = done
         was_closed = any(snap.flavors[n].closed_since is not None for n in config.plan_a_flavors if n in snap.flavors)
         reopened = any(isinstance(a, d.ReopenPlanA) for a in actions)
         closed = any(isinstance(a, d.ClosePlanA) for a in actions) or (was_closed and not reopened)
@@ -249,16 +364,75 @@ class Controller:
         while not stop.is_set():
             try:
                 self.reconcile()
-            except KubeError as err:
+            except Exception as err:  # the loop outlives any one failed pass; the next pass starts from the cluster
                 self.metrics.add("tpu_fallback_reconcile_errors_total")
-                if err.status == 429 or err.status >= 500:  # the API server is busy or starting: one line will do
+                if isinstance(err, KubeError) and (err.status == 429 or err.status >= 500):
                     log.warning("reconcile skipped (%s); retrying in %ss", err, self.settings.poll_seconds)
                 else:
                     log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)
-            except Exception:  # the loop outlives any one failed pass; the next pass starts from the cluster
-                self.metrics.add("tpu_fallback_reconcile_errors_total")
-                log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)
+                # Passes that keep failing (an API the controller cannot read) must not keep plan A closed
+                # past its cool-down: the reopen needs only the flavors.
+                self._sweep_quietly()
+            self.metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", time.time())
             stop.wait(self.settings.poll_seconds)
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Remove our taint from every plan A flavor whose cool-down has passed, reading nothing but the flavors:
+        the reopen that holds whatever else fails. Returns the flavors reopened."""
+        now = time.time() if now is None else now
+        config = self.settings.decide
+        expired = [f.name for f in self._plan_a_flavors() if d.cool_down_over(config, f.closed_since, now)]
+        return self._reopen(expired, f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; "
+                                     "plan A is offered again")
+
+    def _sweep_quietly(self) -> None:
+        try:
+            self.sweep()
+        except Exception as err:  # noqa: BLE001 -- the loop's last resort: logged, and tried again next time round
+            log.warning("could not reopen expired closes either: %s", err)
+
+    def release_if_removed(self) -> bool:
+        """On the way out (SIGTERM): if our Deployment is being deleted, is gone or is scaled to zero (the
+        fallback turned off or removed), reopen plan A, so no taint outlives the controller. A restart (a new
+        pod of the same Deployment: a rollout, a drained node) keeps a real close: the next pod carries it on."""
+        if not self.settings.deployment:
+            return False
+        namespace, name = self.settings.deployment.split("/", 1)
+        try:
+            deployment = self.kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        except KubeError as err:
+            if err.status != 404:
+                raise
+            deployment = None
+        if deployment is not None and not deployment["metadata"].get("deletionTimestamp") \
+                and (deployment.get("spec") or {}).get("replicas") != 0:
+            return False
+        closed = [f.name for f in self._plan_a_flavors() if f.closed_since is not None]
+        self._reopen(closed, "the fallback controller was removed (its Deployment deleted or scaled to zero): "
+                             "plan A is offered again")
+        return True
+
+    def _plan_a_flavors(self) -> list[d.Flavor]:
+        out = []
+        for name in self.settings.decide.plan_a_flavors:
+            try:
+                obj = self.kube.get(f"{KUEUE}/resourceflavors/{name}")
+                out.append(read_flavor(obj, self.settings.decide.taint_key))
+            except KubeError as err:
+                if err.status != 404:
+                    raise
+        return out
+
+    def _reopen(self, flavors: list[str], why: str) -> list[str]:
+        """Remove our taint from these flavors (Events, a log line, the reopen counted); returns them."""
+        if flavors:
+            for name in flavors:
+                self.set_taint(name, None)
+                self._event_on_flavor(name, "PlanAReopened", why)
+            self.metrics.add("tpu_fallback_plan_a_reopens_total")
+            self.metrics.set("tpu_fallback_plan_a_closed", 0)
+            log.info("reopen plan A (%s): %s", ", ".join(flavors), why)
+        return flavors
 
     def _act(self, action: d.Action, snap: d.Snapshot) -> None:
         if isinstance(action, d.ClosePlanA):
@@ -271,35 +445,65 @@ class Controller:
                 self.metrics.add("tpu_fallback_plan_a_closes_total")
             log.info("close plan A (%s): %s", ", ".join(action.flavors), action.why)
         elif isinstance(action, d.ReopenPlanA):
-            for name in action.flavors:
-                self.set_taint(name, None)
-                self._event_on_flavor(name, "PlanAReopened", action.why)
-            self.metrics.add("tpu_fallback_plan_a_reopens_total")
-            log.info("reopen plan A (%s): %s", ", ".join(action.flavors), action.why)
+            self._reopen(list(action.flavors), action.why)
+        elif isinstance(action, d.Evict):
+            stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._patch_workload(snap, action.namespace, action.name, {
+                "metadata": {"annotations": {d.EVICTING_ANNOTATION: stamp}}, "spec": {"active": False}})
+            self._event_on_workload(action.namespace, action.name, "EvictedFromPlanA", action.why)
+            self.metrics.add("tpu_fallback_evictions_total")
+            log.info("evict from plan A (deactivate): %s", action.why)
         elif isinstance(action, d.Deactivate):
             stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            self.kube.merge_patch(self._workload_path(action.namespace, action.name), {
+            self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: f"{stamp} to {action.target}"}},
                 "spec": {"active": False}})
             self._event_on_workload(action.namespace, action.name, "MovingToPlanA", action.why)
             log.info("move to plan A, step 1 (deactivate): %s", action.why)
         elif isinstance(action, d.Reactivate):
             workload = next(w for w in snap.workloads if (w.namespace, w.name) == (action.namespace, action.name))
-            moving = workload.annotations.get(d.MOVING_ANNOTATION, "")
-            self.kube.merge_patch(self._workload_path(action.namespace, action.name), {
+            if d.MOVING_ANNOTATION not in workload.annotations:  # the end of an eviction: queued for plan B
+                self._patch_workload(snap, action.namespace, action.name, {
+                    "metadata": {"annotations": {d.EVICTING_ANNOTATION: None}}, "spec": {"active": True}})
+                log.info("evicted from plan A, requeued (reactivate): %s", action.why)
+                return
+            moving = workload.annotations[d.MOVING_ANNOTATION]
+            self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: None, d.MOVED_ANNOTATION: moving or "yes"}},
                 "spec": {"active": True}})
             self._event_on_workload(action.namespace, action.name, "MovedToPlanA", action.why)
             self.metrics.add("tpu_fallback_moves_to_plan_a_total")
             log.info("move to plan A, step 2 (reactivate): %s", action.why)
 
-    def set_taint(self, flavor: str, value: str | None) -> None:
-        """Our taint on a ResourceFlavor (server-side apply: the field manager owns only this taint), or none."""
-        taints = [] if value is None else [{"key": self.settings.decide.taint_key, "value": value,
-                                            "effect": "NoSchedule"}]
-        self.kube.apply(f"{KUEUE}/resourceflavors/{flavor}", {
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor},
-            "spec": {"nodeTaints": taints}})
+    def _patch_workload(self, snap: d.Snapshot, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch that holds only on the Workload as read (its resourceVersion): a Workload that changed
+        since (its DWS capacity arrived, say) answers 409 and is decided again next pass, not acted on blind."""
+        workload = next((w for w in snap.workloads if (w.namespace, w.name) == (namespace, name)), None)
+        if workload is not None and workload.resource_version:
+            patch = {**patch, "metadata": {**patch.get("metadata", {}),
+                                           "resourceVersion": workload.resource_version}}
+        self.kube.merge_patch(self._workload_path(namespace, name), patch)
+
+    def set_taint(self, flavor: str, value: str | None, attempts: int = 5) -> None:
+        """Our taint on a ResourceFlavor, or none, keeping every other taint. `spec.nodeTaints` is an atomic list
+        (server-side apply would own it whole and drop an admin's taints), so: read, change ours, write back with
+        the resourceVersion read; on a conflict (someone wrote in between) read again."""
+        path = f"{KUEUE}/resourceflavors/{flavor}"
+        key = self.settings.decide.taint_key
+        for attempt in range(1, attempts + 1):
+            obj = self.kube.get(path)
+            spec = obj.setdefault("spec", {})
+            others = [t for t in spec.get("nodeTaints") or [] if t.get("key") != key]
+            taints = others if value is None else [*others, {"key": key, "value": value, "effect": "NoSchedule"}]
+            if taints == (spec.get("nodeTaints") or []):
+                return
+            spec["nodeTaints"] = taints
+            try:
+                self.kube.replace(path, obj)
+                return
+            except KubeError as err:
+                if err.status != 409 or attempt == attempts:
+                    raise
 
     @staticmethod
     def _workload_path(namespace: str, name: str) -> str:

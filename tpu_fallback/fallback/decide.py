@@ -5,12 +5,16 @@ admitted to plan A with pods that never start. Kueue's own `waitForPodsReady` ev
 but it then scans the flavors from the first again and re-admits it to plan A (Kueue 0.19.2,
 pkg/scheduler/flavorassigner starts at index 0 for a requeued workload). What Kueue lacks, this adds:
 
-- **close plan A**: a Workload admitted to a plan A flavor whose pods have not started `stockout_after` seconds
-  after admission (Kueue's own clock: the Admitted condition; PodsReady reason WaitForStart) means plan A has
-  no capacity. Every plan A ResourceFlavor gets a NoSchedule taint that no job tolerates; Kueue skips a flavor
-  with an untolerated taint (flavorassigner: "untolerated taint ... in flavor"), so the requeued job and every new
-  one go to plan B. Kueue's PodsReady timeout is set a little longer than `stockout_after` so the taint is
-  there before Kueue evicts and requeues the job.
+- **close plan A** on evidence of a stock-out: a Workload admitted to a plan A flavor whose pods have not started
+  and are *unschedulable* (pending, PodScheduled False/Unschedulable), and either GKE's autoscaler said it has no
+  capacity for them (a stock-out Event, `stockout_event`) or they are still unschedulable `stockout_after`
+  seconds after admission (the backstop, for a cluster whose autoscaler Events are not seen). Pods that are
+  scheduled (pulling, crash looping, not Ready) are the job's own problem and never close plan A. Every plan A
+  ResourceFlavor gets a NoSchedule taint that no job tolerates; Kueue skips a flavor with an untolerated taint
+  (flavorassigner: "untolerated taint ... in flavor"), so new jobs go to plan B.
+- **evict the stuck job** at the same time (deactivate, then reactivate once Kueue released it, as a move back
+  does): it is requeued past the tainted plan A at once. Kueue's own `waitForPodsReady` is only a long backstop,
+  so it never evicts a plan B job whose pods start slowly.
 - **reopen plan A** after `cool_down` seconds, or sooner when a plan A pool shows a Ready node created after
   the taint (a scale-up succeeded after all).
 - **move back** (optional): a Workload holding plan B quota whose DWS capacity has not arrived (not Admitted,
@@ -30,6 +34,8 @@ from decimal import Decimal
 # The Workload annotations of a move back to plan A: "moving" while it is deactivated, "moved" once done.
 MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
 MOVED_ANNOTATION = "tpu-fallback.dev/moved-to-plan-a"
+# A Workload deactivated to leave a stocked-out plan A; removed when it is queued again.
+EVICTING_ANNOTATION = "tpu-fallback.dev/evicted-from-plan-a"
 # MultiKueue's label on the copies a manager creates in a worker: the manager owns their spec.
 MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
@@ -67,6 +73,9 @@ class Workload:
     finished: bool = False
     multikueue_copy: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
+    pods_unschedulable: bool = False  # one of its pods is pending and unschedulable (PodScheduled False)
+    stockout_event: float | None = None  # when GKE's autoscaler first said it has no capacity for such a pod
+    resource_version: str = ""  # the Workload's, as read: a patch carries it as a precondition
 
     @property
     def key(self) -> str:
@@ -126,12 +135,26 @@ class Reactivate:
     why: str
 
 
-Action = ClosePlanA | ReopenPlanA | Deactivate | Reactivate
+@dataclass(frozen=True)
+class Evict:
+    """The job stuck on a stocked-out plan A: deactivated so Kueue releases it, then reactivated (Reactivate)."""
+
+    namespace: str
+    name: str
+    why: str
+
+
+Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate
 
 
 def decide(config: Config, snap: Snapshot) -> list[Action]:
+    """What to do, the taint first: a failing Workload patch must not hold up closing or reopening plan A."""
+    actions = _decide_plan_a(config, snap)
+    return actions + _finish_moves(snap)
+
+
+def _decide_plan_a(config: Config, snap: Snapshot) -> list[Action]:
     actions: list[Action] = []
-    actions += _finish_moves(snap)
     plan_a = [snap.flavors[n] for n in config.plan_a_flavors if n in snap.flavors]
     closed = [f for f in plan_a if f.closed_since is not None]
     if closed:
@@ -142,34 +165,66 @@ def decide(config: Config, snap: Snapshot) -> list[Action]:
         elif len(closed) < len(plan_a):  # a close cut short (a restart), or a flavor added since
             actions.append(ClosePlanA(tuple(f.name for f in plan_a if f.closed_since is None), since, None,
                                       "completing the close of plan A"))
+        if not reopen:
+            actions += _evictions(config, snap)
         return actions
     stuck = _stuck_on_plan_a(config, snap)
     if stuck is not None and plan_a:
         waited = snap.now - (stuck.admitted_since or snap.now)
-        actions.append(ClosePlanA(
-            tuple(f.name for f in plan_a), snap.now, stuck.key,
-            f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and its pods have not started "
-            f"(stockoutAfter {config.stockout_after:.0f}s): plan A has no capacity; new and requeued jobs go to plan B "
-            f"for up to {config.cool_down:.0f}s"))
-        return actions
+        if stuck.stockout_event is not None:
+            evidence = (f"GKE's autoscaler reported no capacity for its unschedulable pods "
+                        f"{max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
+        else:
+            evidence = (f"its pods are still unschedulable after stockoutAfter ({config.stockout_after:.0f}s) "
+                        "without a scale-up")
+        why = (f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and {evidence}: plan A has no "
+               f"capacity; new and requeued jobs go to plan B for up to {config.cool_down:.0f}s")
+        actions.append(ClosePlanA(tuple(f.name for f in plan_a), snap.now, stuck.key, why))
+        return actions + _evictions(config, snap)
     if config.reverse_move:
         actions += _moves_back(config, snap, plan_a)
     return actions
 
 
 def _finish_moves(snap: Snapshot) -> list[Action]:
-    """Reactivate the Workloads deactivated for a move once Kueue has released their reservation (also after a
-    restart of the controller between the two halves)."""
-    return [Reactivate(w.namespace, w.name, f"{w.key}: plan B reservation released; queued again for plan A")
-            for w in snap.workloads
-            if MOVING_ANNOTATION in w.annotations and not w.active and not w.quota_reserved and not w.finished]
+    """Reactivate the Workloads deactivated for a move or an eviction once Kueue has released their reservation
+    (also after a restart of the controller between the two halves)."""
+    out: list[Action] = []
+    for w in snap.workloads:
+        if w.active or w.quota_reserved or w.finished:
+            continue
+        if MOVING_ANNOTATION in w.annotations:
+            out.append(Reactivate(w.namespace, w.name,
+                                  f"{w.key}: plan B reservation released; queued again for plan A"))
+        elif EVICTING_ANNOTATION in w.annotations:
+            out.append(Reactivate(w.namespace, w.name, f"{w.key}: released from plan A; queued again for plan B"))
+    return out
+
+
+def _waiting_on_plan_a(config: Config, snap: Snapshot) -> list[Workload]:
+    """Workloads on plan A whose pods cannot be placed: once plan A is known to be stocked out, they wait in vain."""
+    return [w for w in snap.workloads
+            if w.tpu_flavor in config.plan_a_flavors and w.quota_reserved and w.active and not w.pods_started
+            and w.pods_unschedulable and not w.finished]
+
+
+def _all_stuck_on_plan_a(config: Config, snap: Snapshot) -> list[Workload]:
+    """The evidence of a stock-out: admitted plan A jobs with unschedulable pods and GKE's no-capacity Event on
+    them, or still unschedulable after `stockout_after`. Scheduled pods (pulling, crash looping) never count."""
+    return sorted((w for w in _waiting_on_plan_a(config, snap) if w.admitted_since is not None
+                   and (w.stockout_event is not None or snap.now - w.admitted_since >= config.stockout_after)),
+                  key=lambda w: (w.admitted_since or 0, w.key))
 
 
 def _stuck_on_plan_a(config: Config, snap: Snapshot) -> Workload | None:
-    stuck = [w for w in snap.workloads
-             if w.tpu_flavor in config.plan_a_flavors and w.admitted_since is not None and not w.pods_started
-             and not w.finished and snap.now - w.admitted_since >= config.stockout_after]
-    return min(stuck, key=lambda w: (w.admitted_since or 0, w.key), default=None)
+    return next(iter(_all_stuck_on_plan_a(config, snap)), None)
+
+
+def _evictions(config: Config, snap: Snapshot) -> list[Action]:
+    """Evict every job stuck on a closed plan A (a MultiKueue copy is the manager's to move, not ours)."""
+    return [Evict(w.namespace, w.name, f"{w.key} leaves plan A, which has no capacity: requeued for plan B")
+            for w in _all_stuck_on_plan_a(config, snap)
+            if not w.multikueue_copy and EVICTING_ANNOTATION not in w.annotations]
 
 
 def _pool_nodes(flavor: Flavor, nodes: tuple[Node, ...]) -> list[Node]:
@@ -179,8 +234,13 @@ def _pool_nodes(flavor: Flavor, nodes: tuple[Node, ...]) -> list[Node]:
     return [n for n in nodes if all(n.labels.get(k) == v for k, v in flavor.node_labels.items())]
 
 
+def cool_down_over(config: Config, closed_since: float | None, now: float) -> bool:
+    """A close whose cool-down has passed: reopened whatever else is known (also by the controller's sweep)."""
+    return closed_since is not None and now - closed_since >= config.cool_down
+
+
 def _reopen_reason(config: Config, snap: Snapshot, plan_a: list[Flavor], since: float) -> str | None:
-    if snap.now - since >= config.cool_down:
+    if cool_down_over(config, since, snap.now):
         return f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; plan A is offered again"
     for flavor in plan_a:
         fresh = [n for n in _pool_nodes(flavor, snap.nodes) if n.ready and n.created > since]

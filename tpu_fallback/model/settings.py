@@ -64,9 +64,13 @@ _LABEL_KEY = re.compile(r"^(?:[a-z0-9.-]{1,253}/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
 _GO_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-# Google's distroless Python (Debian 12, Python 3.11, nonroot user), on gcr.io so private nodes reach it through
-# Private Google Access. The controller needs only the standard library; its source comes from a ConfigMap.
-DEFAULT_FALLBACK_IMAGE = "gcr.io/distroless/python3-debian12:nonroot"
+# Google's distroless Python on Debian 13 (trixie: Python 3.13, nonroot user; the debian12 images are no longer
+# built), on gcr.io so private nodes reach it through Private Google Access. The controller needs only the
+# standard library; its source comes from a ConfigMap. A tag, not a digest: no source for the digest is at hand
+# here; pin one with fallback.image (…@sha256:…) where you mirror images. The e2e suite runs the ConfigMap's files
+# with a plain Python of FALLBACK_IMAGE_PYTHON (tests/e2e/fallback_scenarios.py image_python).
+DEFAULT_FALLBACK_IMAGE = "gcr.io/distroless/python3-debian13:nonroot"
+FALLBACK_IMAGE_PYTHON = "3.13"
 _IMAGE_REF = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::\d+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+"
                         r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 
@@ -114,6 +118,14 @@ class KueueSettings:
         return dict(self.feature_gates).get("ElasticJobsViaWorkloadSlices", False)
 
 
+# Kueue's own default waitForPodsReady timeout, 30 min (on by default since Kueue 0.19.0;
+# apis/config/v1beta2/defaults.go DefaultWaitForPodsReadyTimeout).
+KUEUE_PODS_READY_TIMEOUT = 1800
+# The shortest cool-down: a close must outlast the requeue of the jobs it evicts, and reopening a still-empty plan A
+# more often than this only flaps (a 0 s cool-down closed plan A ~40 times in 200 s and no job reached plan B).
+MIN_COOL_DOWN = 30
+
+
 @dataclass(frozen=True)
 class FallbackSettings:
     """Capacity-aware fallback (tpu_fallback/fallback): plan A -> plan B on a stock-out, and back. Seconds."""
@@ -128,9 +140,12 @@ class FallbackSettings:
 
     @property
     def pods_ready_timeout(self) -> int:
-        """Kueue's waitForPodsReady timeout: stockoutAfter plus time for the controller to taint plan A first,
-        so the job Kueue evicts is requeued past plan A."""
-        return self.stockout_after + max(3 * self.poll_interval, 15)
+        """Kueue's waitForPodsReady timeout, a long backstop: the controller evicts a job stuck on a stocked-out
+        plan A itself, at GKE's no-capacity Event or at stockoutAfter. Kueue's timeout applies to every admitted
+        job, plan B included, so a short one evicted plan B jobs whose DWS nodes had arrived but whose pods took
+        a while to start (large images, multi-host). Kueue's own default (30 min), and never less than
+        stockoutAfter plus time for the controller to act first."""
+        return max(KUEUE_PODS_READY_TIMEOUT, self.stockout_after + max(3 * self.poll_interval, 15))
 
 
 @dataclass(frozen=True)
@@ -534,17 +549,27 @@ def _parse_fallback(value: Any, kueue: KueueSettings, both_plans: bool) -> Fallb
         raise fail("fallback.stockoutAfter", obj.get("stockoutAfter"), f"must be at least twice fallback.pollInterval "
                    f"({poll}s)")
     image = string("fallback.image", obj.get("image", d.image), _IMAGE_REF,
-                   "expected an image reference such as gcr.io/distroless/python3-debian12:nonroot (Python 3.11+)")
+                   "expected an image reference such as gcr.io/distroless/python3-debian13:nonroot (Python 3.11+)")
     return FallbackSettings(
         enabled=enabled,
         stockout_after=stockout_after,
-        cool_down=duration("fallback.coolDown", obj.get("coolDown", f"{d.cool_down}s"), 0, 7 * day),
+        cool_down=_cool_down(obj.get("coolDown", f"{d.cool_down}s"), poll),
         requeue_backoff=duration("fallback.requeueBackoff", obj.get("requeueBackoff", f"{d.requeue_backoff}s"), 1,
                                  3600),
         poll_interval=poll,
         reverse_move=boolean("fallback.moveBack", obj.get("moveBack", d.reverse_move)),
         image=image,
     )
+
+
+def _cool_down(value: Any, poll: int) -> int:
+    cool_down = duration("fallback.coolDown", value, 0, 7 * 24 * 3600)
+    least = max(MIN_COOL_DOWN, 5 * poll)
+    if cool_down < least:
+        raise fail("fallback.coolDown", value, f"must be at least {least}s ({MIN_COOL_DOWN}s, and 5 times "
+                   f"fallback.pollInterval): a shorter close reopens plan A before the evicted jobs are requeued "
+                   "past it, and plan A flaps")
+    return cool_down
 
 
 def _parse_queues(value: Any) -> QueueSettings:

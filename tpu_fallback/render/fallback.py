@@ -36,6 +36,7 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
         "taintKey": TAINT_KEY,
         "metricsPort": METRICS_PORT,
         "reverseMove": fallback.reverse_move,
+        "deployment": f"{NAMESPACE}/{NAME}",
     }
 
 
@@ -61,12 +62,35 @@ def cluster_role(plan: QueuePlan) -> dict[str, Any]:
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "clusterqueues"],
              "verbs": ["list"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
-             "resourceNames": plan.flavors_of(ON_DEMAND), "verbs": ["get", "patch"]},
+             "resourceNames": plan.flavors_of(ON_DEMAND), "verbs": ["get", "update"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
             {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+            # A RayJob's pods name their RayCluster, owned by the RayJob: how a pod's job is found.
+            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list"]},
+            # Pending pods and GKE's autoscaler Events on them: the evidence of a stock-out (controller.PodEvidence).
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
         ],
+    }
+
+
+def deployment_role() -> dict[str, Any]:
+    """Read its own Deployment, and nothing else in the namespace: on SIGTERM the controller reopens plan A if the
+    Deployment is being deleted or scaled to zero (controller.Controller.release_if_removed)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": [NAME], "verbs": ["get"]}],
+    }
+
+
+def deployment_role_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
     }
 
 

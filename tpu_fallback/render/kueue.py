@@ -42,11 +42,12 @@ def kueue_helm_values(kueue: KueueSettings, system_pool: str | None, fallback: F
 
 
 def wait_for_pods_ready(fallback: FallbackSettings) -> dict[str, Any]:
-    """Kueue's waitForPodsReady (config.kueue.x-k8s.io/v1beta2 WaitForPodsReady; present means on): a job admitted
-    to plan A whose pods never start is evicted and requeued. The fallback controller has tainted plan A by then,
-    so Kueue requeues it past plan A (tpu_fallback/fallback/decide.py).
+    """Kueue's waitForPodsReady (config.kueue.x-k8s.io/v1beta2 WaitForPodsReady; present means on), a backstop:
+    the fallback controller evicts a job stuck on a stocked-out plan A itself (tpu_fallback/fallback/decide.py),
+    and Kueue's timeout applies to every admitted job, plan B included, so it is long.
 
-    - timeout: stockoutAfter plus a margin for the controller to see it first (FallbackSettings.pods_ready_timeout);
+    - timeout: Kueue's default 30 min, never less than stockoutAfter plus a margin
+      (FallbackSettings.pods_ready_timeout);
     - blockAdmission false: other jobs keep being admitted while one waits for its pods;
     - requeuingStrategy.timestamp Creation: a requeued job keeps its place in the queue (BestEffortFIFO);
       backoffLimitCount left out: requeued without limit (a limit deactivates the job once reached);
