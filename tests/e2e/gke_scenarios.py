@@ -713,7 +713,10 @@ def run_dws_faults(client: KubeClient, sim: GkeSim, infra: ProgramRun) -> Outcom
     facts["check_after_failed"] = watch.wait(retried, 30, "Kueue to retry after the Failed request")
     # 2 and 3 on a third job, with plan B's capacity back.
     sim.set_capacity(PLAN_B_POOL, True)
-    (third,) = watch.submit(scenario.render_queue_jobs(infra, "default/user-queue", 1, "revoked"))
+    # A long run, so that it is still running when its capacity is revoked: with the default 10 s it finished
+    # before Kueue's eviction under a loaded CPU, and a finished Workload is never evicted.
+    (third,) = watch.submit([with_run_time(o, 120)
+                             for o in scenario.render_queue_jobs(infra, "default/user-queue", 1, "revoked")])
     watch.wait_running([third])
     (third_request,) = [k for k in sim.requests() if k.startswith("default/rayjob-revoked-1-")]
     sim.inject_condition(third_request, "BookingExpired")
