@@ -232,14 +232,29 @@ def read_node(obj: Mapping[str, Any]) -> d.Node:
     return d.Node(dict(meta.get("labels") or {}), parse_time(meta.get("creationTimestamp")) or 0.0, ready)
 
 
-def snapshot(kube: Kube, config: d.Config, now: float) -> d.Snapshot:
+def _get_if_found(kube: Kube, path: str) -> Any | None:
+    """The object, or None when it (or its API) does not exist (404); any other error is raised."""
     try:
-        requests = kube.list(PROVISIONING_REQUESTS)
+        return kube.get(path)
     except KubeError as err:
-        if err.status != 404:  # no ProvisioningRequest API: no DWS, nothing provisioned
+        if err.status != 404:
             raise
-        requests = []
-    provisioned = provisioned_owners(requests)
+        return None
+
+
+def _list_if_served(kube: Kube, path: str) -> list[Any]:
+    """The list, or none when the API is not served (404: the CRD is not installed); any other error is raised."""
+    try:
+        return kube.list(path)
+    except KubeError as err:
+        if err.status != 404:
+            raise
+        return []
+
+
+def snapshot(kube: Kube, config: d.Config, now: float) -> d.Snapshot:
+    # No ProvisioningRequest API: no DWS, nothing provisioned.
+    provisioned = provisioned_owners(_list_if_served(kube, PROVISIONING_REQUESTS))
     evidence = _pod_evidence(kube)
     return d.Snapshot(
         now=now,
@@ -258,13 +273,7 @@ def _pod_evidence(kube: Kube) -> PodEvidence:
         return PodEvidence(set(), {})
     events = [e for reason in (SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED)
               for e in kube.list(f"/api/v1/events?fieldSelector=involvedObject.kind%3DPod%2Creason%3D{reason}")]
-    try:
-        ray_clusters = kube.list(RAY_CLUSTERS)
-    except KubeError as err:
-        if err.status != 404:  # no KubeRay: Jobs only
-            raise
-        ray_clusters = []
-    return PodEvidence.read(pending, events, ray_clusters)
+    return PodEvidence.read(pending, events, _list_if_served(kube, RAY_CLUSTERS))  # no KubeRay: Jobs only
 
 
 # --- acting -------------------------------------------------------------------------------------------------------
@@ -382,8 +391,7 @@ class Controller:
         now = time.time() if now is None else now
         config = self.settings.decide
         expired = [f.name for f in self._plan_a_flavors() if d.cool_down_over(config, f.closed_since, now)]
-        return self._reopen(expired, f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; "
-                                     "plan A is offered again")
+        return self._reopen(expired, d.cool_down_reason(config))
 
     def _sweep_quietly(self) -> None:
         try:
@@ -398,12 +406,7 @@ class Controller:
         if not self.settings.deployment:
             return False
         namespace, name = self.settings.deployment.split("/", 1)
-        try:
-            deployment = self.kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-        except KubeError as err:
-            if err.status != 404:
-                raise
-            deployment = None
+        deployment = _get_if_found(self.kube, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
         if deployment is not None and not deployment["metadata"].get("deletionTimestamp") \
                 and (deployment.get("spec") or {}).get("replicas") != 0:
             return False
@@ -413,15 +416,8 @@ class Controller:
         return True
 
     def _plan_a_flavors(self) -> list[d.Flavor]:
-        out = []
-        for name in self.settings.decide.plan_a_flavors:
-            try:
-                obj = self.kube.get(f"{KUEUE}/resourceflavors/{name}")
-                out.append(read_flavor(obj, self.settings.decide.taint_key))
-            except KubeError as err:
-                if err.status != 404:
-                    raise
-        return out
+        found = (_get_if_found(self.kube, f"{KUEUE}/resourceflavors/{n}") for n in self.settings.decide.plan_a_flavors)
+        return [read_flavor(obj, self.settings.decide.taint_key) for obj in found if obj is not None]
 
     def _reopen(self, flavors: list[str], why: str) -> list[str]:
         """Remove our taint from these flavors (Events, a log line, the reopen counted); returns them."""
@@ -461,12 +457,12 @@ class Controller:
             self._event_on_workload(action.namespace, action.name, "MovingToPlanA", action.why)
             log.info("move to plan A, step 1 (deactivate): %s", action.why)
         elif isinstance(action, d.Reactivate):
-            workload = next(w for w in snap.workloads if (w.namespace, w.name) == (action.namespace, action.name))
-            if d.MOVING_ANNOTATION not in workload.annotations:  # the end of an eviction: queued for plan B
+            if action.after_eviction:  # the end of an eviction: queued for plan B
                 self._patch_workload(snap, action.namespace, action.name, {
                     "metadata": {"annotations": {d.EVICTING_ANNOTATION: None}}, "spec": {"active": True}})
                 log.info("evicted from plan A, requeued (reactivate): %s", action.why)
                 return
+            workload = next(w for w in snap.workloads if (w.namespace, w.name) == (action.namespace, action.name))
             moving = workload.annotations[d.MOVING_ANNOTATION]
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: None, d.MOVED_ANNOTATION: moving or "yes"}},

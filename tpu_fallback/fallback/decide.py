@@ -128,11 +128,13 @@ class Deactivate:
 
 @dataclass(frozen=True)
 class Reactivate:
-    """Second half: the Workload is queued again, with its place (creation time) kept; Kueue admits it to plan A."""
+    """Second half of a move (Kueue admits it to plan A) or of an eviction (`after_eviction`: to plan B): the
+    Workload is queued again, with its place (creation time) kept."""
 
     namespace: str
     name: str
     why: str
+    after_eviction: bool
 
 
 @dataclass(frozen=True)
@@ -194,10 +196,11 @@ def _finish_moves(snap: Snapshot) -> list[Action]:
         if w.active or w.quota_reserved or w.finished:
             continue
         if MOVING_ANNOTATION in w.annotations:
-            out.append(Reactivate(w.namespace, w.name,
-                                  f"{w.key}: plan B reservation released; queued again for plan A"))
+            out.append(Reactivate(w.namespace, w.name, f"{w.key}: plan B reservation released; queued again for plan A",
+                                  after_eviction=False))
         elif EVICTING_ANNOTATION in w.annotations:
-            out.append(Reactivate(w.namespace, w.name, f"{w.key}: released from plan A; queued again for plan B"))
+            out.append(Reactivate(w.namespace, w.name, f"{w.key}: released from plan A; queued again for plan B",
+                                  after_eviction=True))
     return out
 
 
@@ -239,9 +242,13 @@ def cool_down_over(config: Config, closed_since: float | None, now: float) -> bo
     return closed_since is not None and now - closed_since >= config.cool_down
 
 
+def cool_down_reason(config: Config) -> str:
+    return f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; plan A is offered again"
+
+
 def _reopen_reason(config: Config, snap: Snapshot, plan_a: list[Flavor], since: float) -> str | None:
     if cool_down_over(config, since, snap.now):
-        return f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; plan A is offered again"
+        return cool_down_reason(config)
     for flavor in plan_a:
         fresh = [n for n in _pool_nodes(flavor, snap.nodes) if n.ready and n.created > since]
         if fresh:
