@@ -307,6 +307,21 @@ def test_fallback_off_leaves_the_tutorials_kueue_and_no_controller() -> None:
     assert "managerConfig" not in run.one("kubernetes:helm.sh/v3:Release").inputs["values"]
 
 
+FLAVOR_PATCH = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavorPatch"
+
+
+def test_fallback_off_takes_plan_as_flavor_taints_back_so_no_close_outlives_a_controller_that_never_ran() -> None:
+    """The controller removes its taint on its way out; one that was not running when the fallback was turned off
+    (crash looping, unschedulable) cannot, so the stack resets plan A's taints with a forced server-side apply."""
+    off = infra("dev", {"fallback": {"enabled": False}})
+    (patch,) = off.of_type(FLAVOR_PATCH)
+    assert patch.inputs["metadata"] == {"name": "on-demand", "annotations": {"pulumi.com/patchForce": "true"}}
+    assert patch.inputs["spec"] == {"nodeTaints": []}
+    flavor = off.one("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor", "tpu-cluster-queues-flavor-on-demand")
+    assert flavor.urn in patch.dependencies
+    assert infra("dev").of_type(FLAVOR_PATCH) == []  # with the fallback on the controller owns its taint
+
+
 # --- settings ----------------------------------------------------------------------------------------------------
 
 
@@ -679,27 +694,54 @@ DEPLOYMENT = "/apis/apps/v1/namespaces/kueue-system/deployments/tpu-fallback-con
 
 
 @pytest.mark.parametrize("state, reopens", [
-    ("running", False), ("deleting", True), ("gone", True), ("scaled to zero", True)])
-def test_on_its_way_out_the_controller_reopens_plan_a_only_when_its_deployment_goes_away(
+    ("restarted", False), ("deleting", True), ("gone", True), ("scaled to zero", True), ("rolled out", True),
+    ("own Deployment unread at start", False)])
+def test_on_its_way_out_the_controller_releases_plan_a_unless_the_same_deployment_restarts_it(
         state: str, reopens: bool) -> None:
     from tpu_fallback.fallback.controller import Controller, Settings
     from tpu_fallback.fallback.kube import KubeError
 
     kube = closed_cluster(closed_at=time.time())
-    deployment: dict[str, Any] = {"metadata": {"name": "tpu-fallback-controller"}, "spec": {"replicas": 1}}
+    deployment: dict[str, Any] = {"metadata": {"name": "tpu-fallback-controller", "generation": 3},
+                                  "spec": {"replicas": 1}}
+    kube.objects[DEPLOYMENT] = deployment
+    # A Workload the controller deactivated (an eviction from plan A in progress), and one a user deactivated.
+    evicting, users = owned("job-1"), owned("job-2")
+    evicting["metadata"].update(annotations={d.EVICTING_ANNOTATION: "2026-12-01T10:00:00Z"}, resourceVersion="51")
+    users["metadata"]["name"] = "rayjob-job-2-fghij"
+    for obj in (evicting, users):
+        obj["spec"]["active"] = False
+    kube.objects["/apis/kueue.x-k8s.io/v1beta2/workloads"] = [evicting, users]
+    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01,  # type: ignore[arg-type]
+                                           deployment="kueue-system/tpu-fallback-controller"))
+    if state == "own Deployment unread at start":
+        kube.failures[("GET", DEPLOYMENT)] = [KubeError(503, "GET", DEPLOYMENT, "unavailable")]
+        with pytest.raises(KubeError):
+            controller.remember_deployment()
+        deployment["metadata"]["generation"] = 4  # a rollout it cannot tell from a restart: the close is kept
+    else:
+        controller.remember_deployment()
     if state == "deleting":
         deployment["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
     elif state == "scaled to zero":
         deployment["spec"]["replicas"] = 0
-    if state == "gone":
+    elif state == "rolled out":
+        deployment["metadata"]["generation"] = 4
+    elif state == "gone":
         kube.failures[("GET", DEPLOYMENT)] = [KubeError(404, "GET", DEPLOYMENT, "not found")]
-    kube.objects[DEPLOYMENT] = deployment
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01,  # type: ignore[arg-type]
-                                           deployment="kueue-system/tpu-fallback-controller"))
-    assert controller.release_if_removed() is reopens
+    why = controller.release_unless_restarted()
+    assert (why is not None) is reopens, why
     for name in CONFIG.plan_a_flavors:
         assert (taints(kube, name) == [ADMIN_TAINT]) is reopens
     assert any(c[2]["reason"] == "PlanAReopened" for c in kube.calls if c[0] == "POST") is reopens
+    patches = [c for c in kube.calls if c[0] == "PATCH"]
+    if reopens:  # only the controller's own deactivation is undone, on the Workload as read
+        assert patches == [("PATCH", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/default/workloads/"
+                                     f"{evicting['metadata']['name']}",
+                            {"metadata": {"annotations": {d.EVICTING_ANNOTATION: None}, "resourceVersion": "51"},
+                             "spec": {"active": True}})], patches
+    else:
+        assert patches == [], patches
 
 
 def test_the_controller_can_read_its_own_deployment_and_nothing_else_in_its_namespace() -> None:

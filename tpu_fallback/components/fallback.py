@@ -2,7 +2,9 @@
 
 It changes only what Pulumi leaves alone: its own taint on plan A's flavors (read-modify-write, every other taint
 kept; the flavor resources ignore `spec.nodeTaints`) and Workloads (never Pulumi's). Turning the fallback off or
-`pulumi destroy` deletes the Deployment, and the exiting controller reopens plan A first.
+`pulumi destroy` deletes the Deployment, and the exiting controller reopens plan A first and requeues the Workloads
+it had deactivated; with the fallback off the stack also resets plan A's flavor taints (FallbackQueues), for a
+controller that was not running to do it.
 """
 
 from __future__ import annotations

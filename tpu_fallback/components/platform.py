@@ -120,7 +120,8 @@ def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOpt
     kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name, fallback=fallback),
                   opts=on_cluster)
     plan = queue_plan(settings)
-    queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready), opts=on_cluster)
+    queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready,
+                                                                 fallback=fallback is not None), opts=on_cluster)
     if fallback is not None:
         FallbackController(f"{name}-fallback", FallbackControllerArgs(plan, fallback, settings.system_pool.name,
                                                                       kueue.ready), opts=on_cluster)

@@ -24,6 +24,8 @@ class FallbackQueuesArgs:
     ready: pulumi.Resource  # Kueue's readiness gate
     # Used instead of dws-prov on every flavor (a MultiKueue manager); None for a normal cluster.
     admission_checks: list[dict[str, Any]] | None = None
+    # False: no fallback controller runs here, and the stack resets plan A's flavor taints (render.flavor_taints_reset).
+    fallback: bool = True
 
 
 class FallbackQueues(pulumi.ComponentResource):
@@ -49,6 +51,14 @@ class FallbackQueues(pulumi.ComponentResource):
         flavors = [custom_resource(f"{name}-flavor-{f.name}", render.resource_flavor(f), pulumi.ResourceOptions(
             parent=self, depends_on=[args.ready],
             ignore_changes=["spec.nodeTaints"] if f.plan == ON_DEMAND else None)) for f in plan.flavors]
+        if not args.fallback:
+            for flavor, resource in zip(plan.flavors, flavors, strict=True):
+                if flavor.plan == ON_DEMAND:
+                    patch = render.flavor_taints_reset(flavor)
+                    k8s.apiextensions.CustomResourcePatch(
+                        f"{name}-flavor-{flavor.name}-taints-reset", api_version=patch["apiVersion"],
+                        kind=patch["kind"], metadata=patch["metadata"], spec=patch["spec"],
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[resource]))
         checks: list[pulumi.Resource] = []
         if plan.provisioning_check and args.admission_checks is None:
             config = custom("dws-config", render.provisioning_request_config(plan), [])

@@ -41,9 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         "watching plan A %s -> plan B %s: stockoutAfter %ss, coolDown %ss, every %ss",
         list(settings.decide.plan_a_flavors), list(settings.decide.plan_b_flavors),
         settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds)
+    try:  # read before the first pass: a rollout, unlike a restart, releases plan A on the way out
+        controller.remember_deployment()
+    except Exception:  # the loop matters more; the way out then treats a rollout as a restart
+        logging.getLogger("tpu-fallback").exception("could not read the controller's own Deployment")
     controller.run(stop)
-    try:  # fallback turned off or removed: leave no taint behind (a restart keeps the close)
-        controller.release_if_removed()
+    try:  # fallback turned off, removed or rolled out: leave no taint behind (a restart keeps the close)
+        controller.release_unless_restarted()
     except Exception:
         logging.getLogger("tpu-fallback").exception("could not check whether the controller is being removed")
         return 1

@@ -346,6 +346,7 @@ class Controller:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self._started_generation: int | None = None  # remember_deployment()
 
     def reconcile(self, now: float | None = None) -> list[d.Action]:
         """One pass: snapshot, decide, act. Returns what it did."""
@@ -399,21 +400,59 @@ class Controller:
         except Exception as err:  # noqa: BLE001 -- the loop's last resort: logged, and tried again next time round
             log.warning("could not reopen expired closes either: %s", err)
 
-    def release_if_removed(self) -> bool:
-        """On the way out (SIGTERM): if our Deployment is being deleted, is gone or is scaled to zero (the
-        fallback turned off or removed), reopen plan A, so no taint outlives the controller. A restart (a new
-        pod of the same Deployment: a rollout, a drained node) keeps a real close: the next pod carries it on."""
+    def _deployment(self) -> Mapping[str, Any] | None:
+        """Our own Deployment as it is now (None when it is gone or when running outside one)."""
         if not self.settings.deployment:
-            return False
+            return None
         namespace, name = self.settings.deployment.split("/", 1)
-        deployment = _get_if_found(self.kube, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-        if deployment is not None and not deployment["metadata"].get("deletionTimestamp") \
-                and (deployment.get("spec") or {}).get("replicas") != 0:
-            return False
+        found = _get_if_found(self.kube, f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+        return found if isinstance(found, Mapping) else None
+
+    def remember_deployment(self) -> None:
+        """At start: the generation of our Deployment's spec, so that the way out can tell a restart (the same
+        spec: a drained node, an evicted pod) from a rollout (a new spec, whose pod may never start)."""
+        deployment = self._deployment()
+        self._started_generation = None if deployment is None else deployment["metadata"].get("generation")
+
+    def release_unless_restarted(self) -> str | None:
+        """On the way out (SIGTERM): unless the same Deployment spec will run a new pod (a restart, which carries a
+        real close on), leave nothing behind: reopen plan A and queue again the Workloads this controller had
+        deactivated. That is when the Deployment is being deleted, is gone or is scaled to zero (the fallback
+        turned off or removed), or its spec changed since this pod started (a rollout: the new pod may never
+        start; if plan A is still stocked out it closes it again on GKE's next no-capacity Event, within
+        seconds). Returns why it released, or None when it kept everything."""
+        if not self.settings.deployment:
+            return None
+        deployment = self._deployment()
+        started = self._started_generation
+        if deployment is None or deployment["metadata"].get("deletionTimestamp"):
+            why = "its Deployment was deleted"
+        elif (deployment.get("spec") or {}).get("replicas") == 0:
+            why = "its Deployment was scaled to zero"
+        elif started is not None and deployment["metadata"].get("generation") != started:
+            why = "its Deployment's spec changed (a rollout; the new controller closes plan A again on new evidence)"
+        else:
+            return None
         closed = [f.name for f in self._plan_a_flavors() if f.closed_since is not None]
-        self._reopen(closed, "the fallback controller was removed (its Deployment deleted or scaled to zero): "
-                             "plan A is offered again")
-        return True
+        self._reopen(closed, f"the fallback controller is leaving ({why}): plan A is offered again")
+        self._requeue_deactivated(why)
+        return why
+
+    def _requeue_deactivated(self, why: str) -> None:
+        """Activate again every Workload this controller deactivated (an eviction or a move in progress): with no
+        controller to finish the move, it would stay inactive, its job never run."""
+        for obj in self.kube.list(f"{KUEUE}/workloads"):
+            meta = obj["metadata"]
+            ours = [a for a in (d.EVICTING_ANNOTATION, d.MOVING_ANNOTATION) if a in (meta.get("annotations") or {})]
+            if not ours or (obj.get("spec") or {}).get("active", True) is not False:
+                continue
+            try:
+                self.kube.merge_patch(self._workload_path(meta["namespace"], meta["name"]), {
+                    "metadata": {"annotations": dict.fromkeys(ours), "resourceVersion": meta.get("resourceVersion")},
+                    "spec": {"active": True}})
+                log.info("requeued %s/%s on the way out (%s)", meta["namespace"], meta["name"], why)
+            except KubeError as err:  # the others still get theirs
+                log.warning("could not requeue %s/%s on the way out: %s", meta["namespace"], meta["name"], err)
 
     def _plan_a_flavors(self) -> list[d.Flavor]:
         found = (_get_if_found(self.kube, f"{KUEUE}/resourceflavors/{n}") for n in self.settings.decide.plan_a_flavors)

@@ -97,6 +97,18 @@ def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec}
 
 
+def flavor_taints_reset(flavor: Flavor) -> dict[str, Any]:
+    """With the fallback off: the stack takes plan A's `spec.nodeTaints` back (what `resource_flavor` declares for
+    it: none), so a close left behind by a controller that was not running when the fallback was turned off (crash
+    looping, unschedulable) goes away with the next `pulumi up`. A server-side apply patch forced over the
+    controller's ownership of the (atomic) list; with the fallback on, the flavor resource ignores the field."""
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+            # pulumi-kubernetes Patch resources: "Conflicts will result in an error by default, but can be forced
+            # using the "pulumi.com/patchForce" annotation" (CustomResourcePatch docstring, 4.25.0).
+            "metadata": {"name": flavor.name, "annotations": {"pulumi.com/patchForce": "true"}},
+            "spec": {"nodeTaints": resource_flavor(flavor)["spec"].get("nodeTaints", [])}}
+
+
 def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ClusterQueue; `admission_checks` replaces the dws-prov strategy (MultiKueue managers).
 
