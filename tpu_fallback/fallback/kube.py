@@ -3,22 +3,29 @@
 In a pod it uses its ServiceAccount's projected token (re-read for every request: the kubelet rotates it) and the
 cluster CA; outside (tests, a laptop) a kubeconfig with a server, a CA and a token or client certificate.
 
-One keep-alive connection for every call (the controller makes its calls from one thread): it lists seven kinds
-every poll, and a TLS handshake per request cost the API server more than the requests did (with a connection per
-request, the handshakes were 12 % of kube-apiserver's CPU in the end-to-end stock-out scenario). A call on a
-reused connection that the server closed meanwhile is sent once more on a new one.
+One keep-alive connection for every call of one thread (the loop makes its reads and writes from one thread): a
+TLS handshake per request cost the API server more than the requests did (with a connection per request, the
+handshakes were 12 % of kube-apiserver's CPU in the end-to-end stock-out scenario). A call on a reused connection
+that the server closed meanwhile is sent once more on a new one. Another thread takes a `fork()` (its own
+connection); a WATCH (`watch()`) streams on a connection of its own, closed with the stream.
+
+`on_request` is called with the verb of every request sent (get, list, watch, create, update, patch), forks and
+watches included: the controller counts them (tpu_fallback_api_requests_total).
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
+import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +41,7 @@ class KubeError(Exception):
 
 class Kube:
     def __init__(self, server: str, context: ssl.SSLContext, token: Callable[[], str | None],
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, on_request: Callable[[str], None] | None = None) -> None:
         self.server = server.rstrip("/")
         url = urllib.parse.urlsplit(self.server)
         if url.scheme != "https" or not url.hostname:
@@ -45,6 +52,11 @@ class Kube:
         self._token = token
         self._timeout = timeout
         self._conn: http.client.HTTPSConnection | None = None
+        self.on_request = on_request
+
+    def fork(self) -> Kube:
+        """The same server, credentials and request counter on a connection of its own, for another thread."""
+        return Kube(self.server, self._context, self._token, self._timeout, self.on_request)
 
     @classmethod
     def in_cluster(cls) -> Kube:
@@ -79,39 +91,72 @@ class Kube:
     # --- calls -----------------------------------------------------------------------------------------------
 
     def get(self, path: str) -> Any:
-        return self._call("GET", path)
+        return self._call("GET", path, verb="get")
 
     def list(self, path: str) -> list[Any]:
-        return list(self._call("GET", path).get("items") or [])
+        return self.list_at(path)[0]
+
+    def list_at(self, path: str) -> tuple[builtins.list[Any], str]:
+        """The items, and the resourceVersion the list is at (where a watch of what changed since starts)."""
+        answer = self._call("GET", path, verb="list")
+        return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> WatchStream:
+        """A WATCH of `path` (a collection, with its selectors) from `resource_version`, bookmarks included, on a new
+        connection of its own (it stays open for up to `timeout_seconds`, when the server ends it)."""
+        query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
+                                        "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)})
+        conn = self._new_connection()
+        try:
+            self._count("watch")
+            conn.request("GET", f"{self._base}{path}{'&' if '?' in path else '?'}{query}", headers=self._headers())
+            response = conn.getresponse()
+            if not 200 <= response.status < 300:
+                raise KubeError(response.status, "WATCH", path, response.read().decode(errors="replace"))
+            if conn.sock is not None:  # silent for longer than the watch lasts: the server is gone, not the kind idle
+                conn.sock.settimeout(timeout_seconds + self._timeout)
+        except BaseException:
+            conn.close()
+            raise
+        return WatchStream(conn, response)
 
     def create(self, path: str, obj: Mapping[str, Any]) -> Any:
-        return self._call("POST", self._managed(path), obj, "application/json")
+        return self._call("POST", self._managed(path), obj, "application/json", verb="create")
 
     def replace(self, path: str, obj: Mapping[str, Any]) -> Any:
         """PUT: fails with 409 when obj's metadata.resourceVersion is no longer the stored one."""
-        return self._call("PUT", self._managed(path), obj, "application/json")
+        return self._call("PUT", self._managed(path), obj, "application/json", verb="update")
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Any:
-        return self._call("PATCH", self._managed(path), patch, "application/merge-patch+json")
+        return self._call("PATCH", self._managed(path), patch, "application/merge-patch+json", verb="patch")
 
     @staticmethod
     def _managed(path: str) -> str:
         """Writes name this controller as their field manager (managedFields say who changed what)."""
         return f"{path}{'&' if '?' in path else '?'}fieldManager={FIELD_MANAGER}"
 
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
-              content_type: str | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
         token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _count(self, verb: str) -> None:
+        if self.on_request is not None:
+            self.on_request(verb)
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+              content_type: str | None = None, *, verb: str) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = self._headers(content_type)
         for attempt in (1, 2):
             reused = self._conn is not None
             conn = self._connection()
             try:
+                self._count(verb)
                 conn.request(method, self._base + path, body=data, headers=headers)
                 response = conn.getresponse()
                 payload = response.read()
@@ -132,14 +177,45 @@ class Kube:
 
     def _connection(self) -> http.client.HTTPSConnection:
         if self._conn is None:
-            self._conn = http.client.HTTPSConnection(self._host, self._port, context=self._context,
-                                                     timeout=self._timeout)
+            self._conn = self._new_connection()
         return self._conn
+
+    def _new_connection(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self._host, self._port, context=self._context, timeout=self._timeout)
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class WatchStream:
+    """An open WATCH: iterating yields (event type, object) until the server ends it (then the iteration stops) or
+    the connection fails (OSError). `interrupt()`, from another thread, ends it at once; `close()` frees it."""
+
+    def __init__(self, conn: http.client.HTTPSConnection, response: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._response = response
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        while True:
+            line = self._response.readline()  # one JSON event per line
+            if not line:
+                return
+            if line.strip():
+                event = json.loads(line)
+                yield str(event.get("type")), event.get("object") or {}
+
+    def interrupt(self) -> None:
+        sock = self._conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked reading it
+
+    def close(self) -> None:
+        self.interrupt()
+        self._conn.close()
+
 
 def _named(config: Mapping[str, Any], section: str, name: str) -> Mapping[str, Any]:
     for entry in config.get(section) or []:
