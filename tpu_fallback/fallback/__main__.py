@@ -1,4 +1,4 @@
-"""python -m tpu_fallback.fallback --config config.json [--kubeconfig FILE] [--once]"""
+"""python -m tpu_fallback.fallback --config config.json [--kubeconfig FILE] [--once] [--list-every-pass]"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from tpu_fallback.fallback.controller import Controller, Settings, serve_metrics
+from tpu_fallback.fallback.controller import Controller, ListingView, Metrics, Settings, WatchingView, serve_metrics
 from tpu_fallback.fallback.kube import Kube
 
 
@@ -19,33 +19,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True, help="the config.json the infra stack renders")
     parser.add_argument("--kubeconfig", type=Path, help="outside a cluster: its current context (no exec plugins)")
     parser.add_argument("--once", action="store_true", help="one reconcile pass, then exit")
+    parser.add_argument("--list-every-pass", action="store_true",
+                        help="LIST every kind on every pass instead of watching (the former way, to compare)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_file(args.config)
+    metrics = Metrics()
     kube = Kube.from_kubeconfig(args.kubeconfig) if args.kubeconfig else Kube.in_cluster()
-    controller = Controller(kube, settings)
+    kube.on_request = lambda verb: metrics.add("tpu_fallback_api_requests_total", verb=verb)
     if args.once:
-        controller.reconcile()
+        Controller(kube, settings, metrics, ListingView(kube, settings.node_selector)).reconcile()
         return 0
+    view = ListingView(kube, settings.node_selector) if args.list_every_pass else \
+        WatchingView(kube, metrics, settings.node_selector)
+    controller = Controller(kube, settings, metrics, view)
     if settings.metrics_port:
         serve_metrics(controller.metrics, settings.metrics_port, max_age=max(60.0, 10 * settings.poll_seconds))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
+        if isinstance(view, WatchingView):
+            view.wake()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logging.getLogger("tpu-fallback").info(
-        "watching plan A %s -> plan B %s: stockoutAfter %ss, coolDown %ss, every %ss",
+        "watching plan A %s -> plan B %s: stockoutAfter %ss, coolDown %ss, every %ss (reading the cluster %s)",
         list(settings.decide.plan_a_flavors), list(settings.decide.plan_b_flavors),
-        settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds)
+        settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds,
+        "with LISTs every pass" if args.list_every_pass else "by watching it, a pass on each change")
+    if isinstance(view, WatchingView) and not view.start():
+        logging.getLogger("tpu-fallback").warning("not every kind listed yet: passes wait for them (and count)")
     try:  # read before the first pass: a rollout, unlike a restart, releases plan A on the way out
         controller.remember_deployment()
     except Exception:  # the loop matters more; the way out then treats a rollout as a restart
         logging.getLogger("tpu-fallback").exception("could not read the controller's own Deployment")
     controller.run(stop)
+    if isinstance(view, WatchingView):
+        view.stop()
     try:  # fallback turned off, removed or rolled out: leave no taint behind (a restart keeps the close)
         controller.release_unless_restarted()
     except Exception:

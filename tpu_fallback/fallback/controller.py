@@ -1,25 +1,32 @@
 """The fallback controller's loop: read the cluster, decide (decide.py), act, tell (Events, log lines, metrics).
 
-It polls instead of watching: a handful of list calls every few seconds is cheap at the scale of TPU jobs, and a
-poll loop has no watch state to lose on a restart. One replica runs (a Recreate Deployment of 1).
+It reads the cluster from informers (watch.py, `WatchingView`): each kind is listed once and then watched, so a
+pass reads memory and costs the API server nothing, and the loop runs a pass soon after something changed (a burst
+of changes is one pass) and at least every pollSeconds (its decisions depend on the time: stockoutAfter, the
+cool-down). `ListingView` is the former way, every kind LISTed on every pass: for `--once`, the tests and
+`--list-every-pass` (to compare). Either way all state is in the cluster, so a restart loses nothing; writes go
+straight to the API with the resourceVersion read as a precondition. One replica runs (a Recreate Deployment of 1).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tpu_fallback.fallback import decide as d
 from tpu_fallback.fallback.kube import Kube, KubeError
+from tpu_fallback.fallback.watch import Informer, Transport
 from tpu_fallback.model.quantity import parse_quantity
 
 log = logging.getLogger("tpu-fallback")
@@ -38,6 +45,9 @@ class Settings:
     # The controller's own Deployment ("namespace/name"): when it is deleted or scaled to zero, the controller
     # reopens plan A on its way out, so no taint outlives it. None: run outside a Deployment (tests, --once).
     deployment: str | None = None
+    # A label selector for the nodes of plan A's pools, the only nodes decide.py looks at (render/fallback.py
+    # derives it from the plan A flavors' nodeLabels); None: every node is read.
+    node_selector: str | None = None
 
     @classmethod
     def from_file(cls, path: Path) -> Settings:
@@ -50,7 +60,7 @@ class Settings:
                 taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]),
             ),
             poll_seconds=float(raw["pollSeconds"]), metrics_port=int(raw["metricsPort"]),
-            deployment=raw.get("deployment"),
+            deployment=raw.get("deployment"), node_selector=raw.get("planANodeSelector") or None,
         )
 
 
@@ -252,35 +262,238 @@ def _list_if_served(kube: Kube, path: str) -> list[Any]:
         return []
 
 
-def snapshot(kube: Kube, config: d.Config, now: float) -> d.Snapshot:
-    # No ProvisioningRequest API: no DWS, nothing provisioned.
-    provisioned = provisioned_owners(_list_if_served(kube, PROVISIONING_REQUESTS))
-    evidence = _pod_evidence(kube)
+# What the controller reads: the same collections whether listed every pass or watched.
+FLAVORS, WORKLOADS, CLUSTER_QUEUES = f"{KUEUE}/resourceflavors", f"{KUEUE}/workloads", f"{KUEUE}/clusterqueues"
+PENDING_PODS = "/api/v1/pods?fieldSelector=status.phase%3DPending"
+
+
+def nodes_path(selector: str | None) -> str:
+    return "/api/v1/nodes" + (f"?labelSelector={urllib.parse.quote(selector, safe='')}" if selector else "")
+
+
+def scale_up_events_path(reason: str) -> str:
+    """GKE's autoscaler Events of one reason on pods (the server filters them: not every Event of the cluster)."""
+    return f"/api/v1/events?fieldSelector=involvedObject.kind%3DPod%2Creason%3D{reason}"
+
+
+def build_snapshot(config: d.Config, now: float, *, flavors: Iterable[Mapping[str, Any]],
+                   workloads: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]],
+                   cluster_queues: Iterable[Mapping[str, Any]], provisioning_requests: Iterable[Mapping[str, Any]],
+                   evidence: PodEvidence) -> d.Snapshot:
+    provisioned = provisioned_owners(provisioning_requests)
     return d.Snapshot(
         now=now,
-        flavors={f.name: f for f in (read_flavor(o, config.taint_key) for o in kube.list(f"{KUEUE}/resourceflavors"))},
-        workloads=tuple(read_workload(o, provisioned, evidence) for o in kube.list(f"{KUEUE}/workloads")),
-        nodes=tuple(read_node(o) for o in kube.list("/api/v1/nodes")),
-        free={o["metadata"]["name"]: free_quota(o) for o in kube.list(f"{KUEUE}/clusterqueues")},
+        flavors={f.name: f for f in (read_flavor(o, config.taint_key) for o in flavors)},
+        workloads=tuple(read_workload(o, provisioned, evidence) for o in workloads),
+        nodes=tuple(read_node(o) for o in nodes),
+        free={o["metadata"]["name"]: free_quota(o) for o in cluster_queues},
     )
+
+
+def snapshot(kube: Kube, config: d.Config, now: float, node_selector: str | None = None) -> d.Snapshot:
+    """The cluster read with LISTs (ListingView)."""
+    # No ProvisioningRequest API: no DWS, nothing provisioned.
+    provisioning_requests = _list_if_served(kube, PROVISIONING_REQUESTS)
+    evidence = _pod_evidence(kube)
+    return build_snapshot(
+        config, now, flavors=kube.list(FLAVORS), workloads=kube.list(WORKLOADS),
+        nodes=kube.list(nodes_path(node_selector)), cluster_queues=kube.list(CLUSTER_QUEUES),
+        provisioning_requests=provisioning_requests, evidence=evidence)
 
 
 def _pod_evidence(kube: Kube) -> PodEvidence:
     """Pending pods, and only when one is unschedulable the autoscaler's two Event reasons on pods and the
     RayClusters: in steady state one small LIST, not every Event of the cluster."""
-    pending = kube.list("/api/v1/pods?fieldSelector=status.phase%3DPending")
+    pending = kube.list(PENDING_PODS)
     if not any(unschedulable(p) for p in pending):
         return PodEvidence(set(), {})
     events = [e for reason in (SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED)
-              for e in kube.list(f"/api/v1/events?fieldSelector=involvedObject.kind%3DPod%2Creason%3D{reason}")]
+              for e in kube.list(scale_up_events_path(reason))]
     return PodEvidence.read(pending, events, _list_if_served(kube, RAY_CLUSTERS))  # no KubeRay: Jobs only
+
+
+# --- what an informer keeps of each object --------------------------------------------------------------------------
+# The fields the read_* functions above (and PodEvidence) use, and every metadata field but managedFields: an
+# informer holds every object of its kind for as long as the controller runs, and a Workload's pod templates or a
+# node's image list would be most of that memory. A reader that starts using another field adds it here
+# (tests/test_fallback_watch.py reads slimmed and whole objects alike).
+
+
+def _keeping(*, top: tuple[str, ...] = (), spec: tuple[str, ...] = (), status: tuple[str, ...] = ()
+             ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def slim(obj: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {k: obj[k] for k in top if k in obj}
+        out["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+        for part, keys in (("spec", spec), ("status", status)):
+            found = obj.get(part) or {}
+            if keys and found:
+                out[part] = {k: found[k] for k in keys if k in found}
+        return out
+
+    return slim
+
+
+SLIM: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "resourceflavors": _keeping(spec=("nodeLabels", "nodeTaints")),
+    "workloads": _keeping(spec=("active",), status=("admission", "conditions", "admissionChecks")),
+    "clusterqueues": _keeping(spec=("resourceGroups",), status=("flavorsReservation",)),
+    "provisioningrequests": _keeping(status=("conditions",)),
+    "nodes": _keeping(spec=("unschedulable",), status=("conditions",)),
+    "pods": _keeping(spec=("nodeName",), status=("phase", "conditions")),
+    "events": _keeping(top=("involvedObject", "reason", "message", "firstTimestamp", "eventTime")),
+    "rayclusters": _keeping(),
+}
+
+
+# --- two ways to read the cluster -----------------------------------------------------------------------------------
+
+
+class ClusterView(Protocol):
+    def snapshot(self, config: d.Config, now: float) -> d.Snapshot:
+        """What decide.py reads, as of now; raises when the cluster cannot be read."""
+        ...
+
+    def wait(self, stop: threading.Event, timeout: float) -> None:
+        """Until the next pass is due: `timeout` seconds, or sooner if the view saw a change, or `stop`."""
+        ...
+
+
+class ListingView:
+    """Every kind LISTed on every pass (the controller's first way; --once, tests, --list-every-pass)."""
+
+    def __init__(self, kube: Kube, node_selector: str | None = None) -> None:
+        self.kube = kube
+        self.node_selector = node_selector
+
+    def snapshot(self, config: d.Config, now: float) -> d.Snapshot:
+        return snapshot(self.kube, config, now, self.node_selector)
+
+    def wait(self, stop: threading.Event, timeout: float) -> None:
+        stop.wait(timeout)
+
+
+class NotSyncedError(Exception):
+    """The view cannot tell what the cluster holds now: a kind never listed yet, or not followed for a while."""
+
+
+STALE_AFTER = 60.0  # seconds an informer may fail to follow its kind before passes stop deciding on its store
+DEBOUNCE = 0.3  # seconds from a change to the pass: a burst of changes (Kueue admitting a job) is one pass
+MIN_PASS_GAP = 1.0  # seconds between change-driven passes at least (a busy cluster changes all the time)
+
+
+class WatchingView:
+    """The cluster as informers follow it (watch.py): a pass reads memory, and `wait` ends soon after a change.
+
+    Collections: ResourceFlavors, Workloads, ClusterQueues, ProvisioningRequests (none when the API is not served),
+    Nodes (plan A's pools when `node_selector` is given), pending Pods (a pod leaving Pending arrives as DELETED),
+    GKE's FailedScaleUp and NotTriggerScaleUp Events on pods (two watches, filtered by the server) and RayClusters
+    (none without KubeRay). `transport` makes each informer's connection (default: a fork of `kube` each)."""
+
+    def __init__(self, kube: Kube | None, metrics: Metrics | None = None, node_selector: str | None = None, *,
+                 transport: Callable[[], Transport] | None = None, stale_after: float = STALE_AFTER) -> None:
+        if transport is None:
+            if kube is None:
+                raise ValueError("a WatchingView needs a Kube or a transport")
+            transport = kube.fork
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.stale_after = stale_after
+        self.changed = threading.Event()  # set by every informer on every change
+        self._last_pass = float("-inf")
+        self._reported: dict[str, str | None] = {}  # informer -> the error last logged
+
+        def informer(name: str, path: str, slim: str, optional: bool = False) -> Informer:
+            return Informer(transport(), path, name=name, optional=optional, changed=self.changed,
+                            count=functools.partial(self._count, name), transform=SLIM[slim])
+
+        self.informers: dict[str, Informer] = {i.name: i for i in (
+            informer("resourceflavors", FLAVORS, "resourceflavors"),
+            informer("workloads", WORKLOADS, "workloads"),
+            informer("clusterqueues", CLUSTER_QUEUES, "clusterqueues"),
+            informer("provisioningrequests", PROVISIONING_REQUESTS, "provisioningrequests", optional=True),
+            informer("nodes", nodes_path(node_selector), "nodes"),
+            informer("pods", PENDING_PODS, "pods"),
+            informer("events-failedscaleup", scale_up_events_path(SCALE_UP_FAILED), "events"),
+            informer("events-nottriggerscaleup", scale_up_events_path(SCALE_UP_NOT_TRIGGERED), "events"),
+            informer("rayclusters", RAY_CLUSTERS, "rayclusters", optional=True),
+        )}
+
+    def _count(self, informer: str, what: str) -> None:
+        self.metrics.add(f"tpu_fallback_watch_{what}_total", resource=informer)
+
+    def start(self, sync_timeout: float = 10.0) -> bool:
+        """Start every informer; wait up to `sync_timeout` seconds for their first LISTs. Whether they all answered
+        (passes before that are skipped, and counted as failed)."""
+        for informer in self.informers.values():
+            informer.start()
+        deadline = time.monotonic() + sync_timeout
+        while not all(i.synced for i in self.informers.values()):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        for informer in self.informers.values():  # all told first, then waited for: they end side by side
+            informer.stop(timeout=0)
+        for informer in self.informers.values():
+            informer.stop(timeout=2.0)
+
+    def wake(self) -> None:
+        """End a `wait` at once (the process is stopping)."""
+        self.changed.set()
+
+    def snapshot(self, config: d.Config, now: float) -> d.Snapshot:
+        self.changed.clear()  # before reading: a change from here on makes the next pass
+        self._last_pass = time.monotonic()
+        self._report()
+        behind = [i for i in self.informers.values() if not i.synced or i.failing_for() > self.stale_after]
+        if behind:
+            raise NotSyncedError("; ".join(
+                (f"{i.name} not listed yet" if not i.synced else f"{i.name} not followed for {i.failing_for():.0f}s")
+                + (f" ({i.error})" if i.error else "") for i in behind))
+        inf = self.informers
+        events = inf["events-failedscaleup"].items() + inf["events-nottriggerscaleup"].items()
+        return build_snapshot(
+            config, now, flavors=inf["resourceflavors"].items(), workloads=inf["workloads"].items(),
+            nodes=inf["nodes"].items(), cluster_queues=inf["clusterqueues"].items(),
+            provisioning_requests=inf["provisioningrequests"].items(),
+            evidence=PodEvidence.read(inf["pods"].items(), events, inf["rayclusters"].items()))
+
+    def _report(self) -> None:
+        """Log each informer's failure once when it starts (or changes), and when it is over."""
+        for informer in self.informers.values():
+            error, before = informer.error, self._reported.get(informer.name)
+            if error == before:
+                continue
+            if error:
+                log.warning("reading %s failed (retrying): %s", informer.name, error)
+            else:
+                log.info("reading %s works again", informer.name)
+            self._reported[informer.name] = error
+
+    def wait(self, stop: threading.Event, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self.changed.wait(min(left, 1.0)):  # in slices, so a stop without wake() is seen within a second
+                gap = self._last_pass + min(MIN_PASS_GAP, timeout) - time.monotonic()
+                stop.wait(max(DEBOUNCE, gap))
+                return
 
 
 # --- acting -------------------------------------------------------------------------------------------------------
 
 
 class Metrics:
-    """Prometheus text counters and gauges, served on /metrics."""
+    """Prometheus text counters and gauges, served on /metrics. `values` is keyed by series: the name, and for a
+    labelled family its labels too (`tpu_fallback_watch_events_total{resource="workloads"}`)."""
+
+    # Series of these appear as they are first counted, one per label value.
+    LABELLED = ("tpu_fallback_api_requests_total",  # {verb}: every request the controller sent
+                "tpu_fallback_watch_lists_total", "tpu_fallback_watch_events_total",  # {resource}: per informer
+                "tpu_fallback_watch_errors_total")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -288,14 +501,18 @@ class Metrics:
         self.values: dict[str, float] = {
             "tpu_fallback_plan_a_closed": 0, "tpu_fallback_plan_a_closes_total": 0,
             "tpu_fallback_plan_a_reopens_total": 0, "tpu_fallback_moves_to_plan_a_total": 0,
+            "tpu_fallback_reconcile_passes_total": 0,
             "tpu_fallback_reconcile_errors_total": 0, "tpu_fallback_action_errors_total": 0,
             "tpu_fallback_evictions_total": 0, "tpu_fallback_last_reconcile_timestamp_seconds": 0,
             "tpu_fallback_loop_heartbeat_timestamp_seconds": 0,
         }
 
-    def add(self, name: str, amount: float = 1) -> None:
+    def add(self, name: str, amount: float = 1, **labels: str) -> None:
+        key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
         with self._lock:
-            self.values[name] += amount
+            if key not in self.values and not (labels and name in self.LABELLED):
+                raise KeyError(f"no metric {key}")  # a typo, not a new series
+            self.values[key] = self.values.get(key, 0) + amount
 
     def set(self, name: str, value: float) -> None:
         with self._lock:
@@ -310,10 +527,14 @@ class Metrics:
 
     def text(self) -> str:
         with self._lock:
-            lines = []
-            for name, value in self.values.items():
-                kind = "counter" if name.endswith("_total") else "gauge"
-                lines += [f"# TYPE {name} {kind}", f"{name} {value:g}"]
+            families: dict[str, list[tuple[str, float]]] = {}
+            for key, value in self.values.items():
+                families.setdefault(key.split("{", 1)[0], []).append((key, value))
+        lines = []
+        for name, series in families.items():  # one TYPE line per family, as the text format requires
+            lines.append(f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}")
+            # Whole numbers in full: ":g" would print a counter past a million as 1.23457e+06.
+            lines += [f"{key} {int(value) if value == int(value) else repr(value)}" for key, value in series]
         return "\n".join(lines) + "\n"
 
 
@@ -342,17 +563,19 @@ def serve_metrics(metrics: Metrics, port: int, max_age: float) -> ThreadingHTTPS
 
 
 class Controller:
-    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics | None = None) -> None:
-        self.kube = kube
+    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics | None = None,
+                 view: ClusterView | None = None) -> None:
+        self.kube = kube  # the writes, and the reads of the sweep and the way out
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.view: ClusterView = view if view is not None else ListingView(kube, settings.node_selector)
         self._started_generation: int | None = None  # remember_deployment()
 
     def reconcile(self, now: float | None = None) -> list[d.Action]:
         """One pass: snapshot, decide, act. Returns what it did."""
         now = time.time() if now is None else now
         config = self.settings.decide
-        snap = snapshot(self.kube, config, now)
+        snap = self.view.snapshot(config, now)
         actions = d.decide(config, snap)
         done: list[d.Action] = []
         for action in actions:  # each on its own: one rejected patch does not hold up the rest (the taint first)
@@ -368,15 +591,19 @@ class Controller:
         closed = any(isinstance(a, d.ClosePlanA) for a in actions) or (was_closed and not reopened)
         self.metrics.set("tpu_fallback_plan_a_closed", 1 if closed else 0)
         self.metrics.set("tpu_fallback_last_reconcile_timestamp_seconds", now)
+        self.metrics.add("tpu_fallback_reconcile_passes_total")
         return actions
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 self.reconcile()
+                failed = False
             except Exception as err:  # the loop outlives any one failed pass; the next pass starts from the cluster
+                failed = True
                 self.metrics.add("tpu_fallback_reconcile_errors_total")
-                if isinstance(err, KubeError) and (err.status == 429 or err.status >= 500):
+                if isinstance(err, NotSyncedError) or (
+                        isinstance(err, KubeError) and (err.status == 429 or err.status >= 500)):
                     log.warning("reconcile skipped (%s); retrying in %ss", err, self.settings.poll_seconds)
                 else:
                     log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)
@@ -384,7 +611,10 @@ class Controller:
                 # past its cool-down: the reopen needs only the flavors.
                 self._sweep_quietly()
             self.metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", time.time())
-            stop.wait(self.settings.poll_seconds)
+            if failed:  # not sooner on a change: a view that cannot be read would fail (and log) on every change
+                stop.wait(self.settings.poll_seconds)
+            else:
+                self.view.wait(stop, self.settings.poll_seconds)
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Remove our taint from every plan A flavor whose cool-down has passed, reading nothing but the flavors:

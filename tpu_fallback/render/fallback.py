@@ -37,7 +37,20 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
         "metricsPort": METRICS_PORT,
         "reverseMove": fallback.reverse_move,
         "deployment": f"{NAMESPACE}/{NAME}",
+        **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {}),
     }
+
+
+def plan_a_node_selector(plan: QueuePlan) -> str | None:
+    """A label selector for the nodes of plan A's pools, the only nodes the controller decides from (a Ready node
+    there reopens plan A, or lets a job move back): `<key> in (<value>, ...)` when every plan A flavor selects its
+    pool by one label of the same key, as queue plans do; None (every node read) otherwise."""
+    labels = [f.node_labels for f in plan.flavors if f.plan == ON_DEMAND]
+    keys = {key for one in labels for key in one}
+    if not labels or len(keys) != 1 or any(len(one) != 1 for one in labels):
+        return None
+    (key,) = keys
+    return f"{key} in ({','.join(sorted({one[key] for one in labels}))})"
 
 
 def _key(path: str) -> str:
@@ -53,24 +66,26 @@ def config_map(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, Any]:
 
 
 def cluster_role(plan: QueuePlan) -> dict[str, Any]:
-    """Least privilege: read what it decides from; patch only plan A's flavors (their taint) and Workloads
-    (spec.active and two annotations for a move); create Events. No create or delete of any Kueue object."""
+    """Least privilege: read (list and watch: the controller's informers) what it decides from; patch only plan
+    A's flavors (their taint) and Workloads (spec.active and two annotations for a move); create Events. No
+    create or delete of any Kueue object."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": NAME, "labels": dict(LABELS)},
         "rules": [
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "clusterqueues"],
-             "verbs": ["list"]},
+             "verbs": ["list", "watch"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
              "resourceNames": plan.flavors_of(ON_DEMAND), "verbs": ["get", "update"]},
-            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
-            {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "patch"]},
+            {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"],
+             "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
             # A RayJob's pods name their RayCluster, owned by the RayJob: how a pod's job is found.
-            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list"]},
+            {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "watch"]},
             # Pending pods and GKE's autoscaler Events on them: the evidence of a stock-out (controller.PodEvidence).
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list", "watch"]},
         ],
     }
 
