@@ -450,6 +450,47 @@ def test_pulumi_leaves_the_fallback_controllers_taint_alone(ws: Workspace, infra
     assert_no_unexpected_warnings(ws, since)
 
 
+def test_turning_the_fallback_off_takes_a_left_over_close_away_and_on_again_leaves_the_taint_alone(
+        ws: Workspace, infra: InfraStack) -> None:
+    """A close left behind by a controller that never ran its way out (crash looping when the fallback was turned
+    off): `up` with the fallback off resets plan A's taints (the forced ResourceFlavorPatch of
+    render.kueue.flavor_taints_reset). Turned on again, the stack leaves the field to the controller: a new close
+    survives `up`, and the second preview is a no-op both times."""
+    since = len(ws.cli.history)
+    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.decide import Config
+    from tpu_fallback.fallback.kube import Kube
+
+    taint_key = "tpu-fallback.dev/plan-a-stockout"
+    controller = Controller(Kube.from_kubeconfig(ws.plane.kubeconfig),
+                            Settings(Config(("on-demand",), ("dws",), 600, 1800, taint_key)))
+
+    def taints() -> list[dict[str, Any]]:
+        flavor = ws.client.get(KUEUE_API, "ResourceFlavor", "on-demand") or {}
+        return list((flavor.get("spec") or {}).get("nodeTaints") or [])
+
+    controller.set_taint("on-demand", "1764583200")
+    assert [t["key"] for t in taints()] == [taint_key]
+    ws.pulumi("config", "set", "--path", "fallback.enabled", "false", "--type", "bool", project=ws.repo,
+              stack=INFRA_STACK)
+    try:
+        up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        assert "ResourceFlavorPatch" in up.stdout, up.describe()
+        assert taints() == [], up.describe()
+        expect_no_changes(ws, ws.repo, INFRA_STACK)
+    finally:
+        ws.pulumi("config", "rm", "--path", "fallback.enabled", project=ws.repo, stack=INFRA_STACK)
+    ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+    expect_no_changes(ws, ws.repo, INFRA_STACK)
+    controller.set_taint("on-demand", "1764583300")
+    try:
+        up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        assert [t["value"] for t in taints()] == ["1764583300"], up.describe()
+    finally:
+        controller.set_taint("on-demand", None)
+    assert_no_unexpected_warnings(ws, since)
+
+
 # --- 3. the jobs project by StackReference -----------------------------------------------------------------
 
 

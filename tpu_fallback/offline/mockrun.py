@@ -104,9 +104,12 @@ class ProgramRun:
 
     def kubernetes_objects(self) -> list[dict[str, Any]]:
         """Every Kubernetes object the program creates (Helm releases excluded), in a stable order that
-        can be applied as is: by kind as dependencies require, then namespace, then name (numbers counted)."""
+        can be applied as is: by kind as dependencies require, then namespace, then name (numbers counted).
+        Patch resources (`...Patch` types: a server-side apply of a few fields of an object made elsewhere) are
+        not objects of their own and are left out: applied as objects they would replace what they patch."""
         objects = [kubernetes_manifest(r) for r in self.resources
-                   if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/")]
+                   if r.type.startswith("kubernetes:") and not r.type.startswith("kubernetes:helm.sh/")
+                   and not r.type.endswith("Patch")]
         return sorted(objects, key=apply_order)
 
 
