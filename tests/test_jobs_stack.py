@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import crdcheck, infra
+from tests.conftest import infra, schema_check
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
@@ -108,8 +108,8 @@ def test_training_environment_comes_from_the_infra_outputs(dev_jobs: ProgramRun)
 
 
 def test_rayjobs_pass_the_crd_schemas(dev_jobs: ProgramRun) -> None:
-    result = crdcheck(dev_jobs.kubernetes_objects())
-    assert result.returncode == 0, result.stdout + result.stderr
+    report = schema_check(dev_jobs.kubernetes_objects())
+    assert report.ok, report.text()
 
 
 def test_outputs(dev_jobs: ProgramRun) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import crdcheck, infra
+from tests.conftest import infra, schema_check
 from tpu_fallback.model.kueue_features import VERIFIED_VERSIONS
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.queues import queue_plan
@@ -73,8 +73,8 @@ def test_flavor_order_and_covered_resources(dev: ProgramRun) -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_object_passes_the_crd_schemas(stack: str) -> None:
-    result = crdcheck(infra(stack).kubernetes_objects())
-    assert result.returncode == 0, result.stdout + result.stderr
+    report = schema_check(infra(stack).kubernetes_objects())
+    assert report.ok, report.text()
 
 
 def test_queue_objects_wait_for_kueue_but_not_for_tpu_pools(dev: ProgramRun) -> None:
@@ -283,8 +283,8 @@ def test_offline_plan_yaml_of_prod_is_valid(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all((tmp_path / "kubernetes.yaml").read_text()))
     assert {o["kind"] for o in objects} >= set(KUEUE_KINDS) | {"Namespace", "Job"}
-    check = crdcheck(objects)
-    assert check.returncode == 0, check.stdout
+    report = schema_check(objects)
+    assert report.ok, report.text()
 
 
 def test_local_queues_are_replaced_when_their_cluster_queue_changes() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import crdcheck, infra
+from tests.conftest import infra, schema_check
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
 
@@ -174,8 +174,8 @@ def test_kueue_metrics_on_every_cluster(glob: ProgramRun) -> None:
 
 
 def test_every_object_passes_the_crd_schemas(glob: ProgramRun) -> None:
-    result = crdcheck(glob.kubernetes_objects())
-    assert result.returncode == 0, result.stdout + result.stderr
+    report = schema_check(glob.kubernetes_objects())
+    assert report.ok, report.text()
 
 
 def test_outputs(glob: ProgramRun) -> None:
