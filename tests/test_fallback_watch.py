@@ -22,6 +22,7 @@ from tests.test_fallback import (
     OUT_OF_RESOURCES,
     POOL,
     event,
+    kueue_workload,
     owned,
     pod,
     ray_cluster,
@@ -40,8 +41,10 @@ from tpu_fallback.fallback.controller import (
     ListingView,
     Metrics,
     NotSyncedError,
+    PodEvidence,
     Settings,
     WatchingView,
+    build_snapshot,
     nodes_path,
     scale_up_events_path,
 )
@@ -404,6 +407,36 @@ def test_a_watch_event_reaches_the_next_snapshot_and_wakes_the_loop() -> None:
     assert view.changed.is_set()
     (stuck, *_) = view.snapshot(CONFIG, NOW).workloads
     assert not stuck.pods_unschedulable and stuck.stockout_event is None
+
+
+def test_quota_kueue_has_not_yet_reported_reserved_is_not_free_so_no_second_job_moves_onto_it() -> None:
+    """Kueue writes a ClusterQueue's flavorsReservation a second or more after an admission: in between, the
+    Workloads say plan A is full while the ClusterQueue still says it is free. (Seen in the move-back e2e scenario
+    once passes ran on changes: a job on plan B was moved onto the quota of the job moved just before.)"""
+    holder = kueue_workload()  # admitted on on-demand: 32 cpu, 64Gi, 16 chips of cluster-queue
+    waiting = kueue_workload(admissionChecks=[{"name": "dws-prov", "state": "Pending"}])
+    waiting["metadata"]["name"] = "rayjob-job-2-fghij"
+    waiting["status"]["conditions"] = waiting["status"]["conditions"][:1]  # QuotaReserved, not Admitted
+    for assignment in waiting["status"]["admission"]["podSetAssignments"][1:2]:
+        assignment["flavors"] = {r: "dws" for r in assignment["flavors"]}
+    lagging = {"metadata": {"name": "cluster-queue"}, "spec": {"resourceGroups": [{"flavors": [
+        {"name": "on-demand", "resources": [{"name": "cpu", "nominalQuota": "40"}, {"name": "memory",
+                                                                                "nominalQuota": "75Gi"},
+                                            {"name": "google.com/tpu", "nominalQuota": "16"}]}]}]},
+               "status": {"flavorsReservation": []}}  # not yet written since the admission
+    flavors = [{"metadata": {"name": n}, "spec": {"nodeLabels": {POOL: f"{n}-pool"}}} for n in ("on-demand", "dws")]
+    node = {"metadata": {"name": "n", "labels": {POOL: "on-demand-pool"}, "creationTimestamp": "2026-12-01T09:00:00Z"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    def moves(*workloads: Obj) -> list[d.Deactivate]:
+        snap = build_snapshot(CONFIG, NOW, flavors=flavors, workloads=workloads, nodes=[node],
+                              cluster_queues=[lagging], provisioning_requests=[], evidence=PodEvidence(set(), {}))
+        return [a for a in d.decide(CONFIG, snap) if isinstance(a, d.Deactivate)]
+
+    assert moves(holder, waiting) == []
+    holder["status"]["conditions"].append({"type": "Finished", "status": "True", "reason": "Succeeded"})
+    (move,) = moves(holder, waiting)  # a finished Workload holds nothing: the move happens
+    assert move.name == "rayjob-job-2-fghij" and move.target == "on-demand"
 
 
 def test_a_kind_not_listed_yet_skips_the_pass_counts_it_and_the_sweep_still_reopens_an_expired_close() -> None:

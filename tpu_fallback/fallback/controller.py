@@ -223,17 +223,38 @@ def provisioned_owners(requests: Iterable[Mapping[str, Any]]) -> set[tuple[str, 
     return out
 
 
-def free_quota(cluster_queue: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
-    """flavor -> resource -> nominal quota minus the reservation Kueue reports (borrowing is not counted)."""
+def free_quota(cluster_queue: Mapping[str, Any], held: Mapping[str, Mapping[str, Decimal]] | None = None
+               ) -> dict[str, dict[str, Decimal]]:
+    """flavor -> resource -> nominal quota minus what is reserved (borrowing is not counted): the reservation Kueue
+    reports, or what the Workloads holding quota there add up to (`held`, flavor -> resource) when that is more.
+    Kueue writes a ClusterQueue's status in batches, a second or more after a Workload's admission (Kueue 0.19.2,
+    clusterqueue_controller.go: constants.UpdatesBatchPeriod); a pass reading in between would see the quota of a
+    Workload just admitted as free, and move a second job onto it."""
     free: dict[str, dict[str, Decimal]] = {}
     for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
             free[flavor["name"]] = {r["name"]: parse_quantity(r["nominalQuota"]) for r in flavor.get("resources") or []}
+    reported: dict[str, dict[str, Decimal]] = {}
     for flavor in (cluster_queue.get("status") or {}).get("flavorsReservation") or []:
         for r in flavor.get("resources") or []:
-            if flavor["name"] in free and r["name"] in free[flavor["name"]]:
-                free[flavor["name"]][r["name"]] -= parse_quantity(r.get("total") or 0)
+            reported.setdefault(flavor["name"], {})[r["name"]] = parse_quantity(r.get("total") or 0)
+    for flavor, resources in free.items():
+        for resource in resources:
+            resources[resource] -= max(reported.get(flavor, {}).get(resource, Decimal(0)),
+                                       (held or {}).get(flavor, {}).get(resource, Decimal(0)))
     return free
+
+
+def held_quota(workloads: Iterable[d.Workload]) -> dict[str, dict[str, dict[str, Decimal]]]:
+    """ClusterQueue -> flavor -> resource -> what the Workloads holding quota on their TPU flavor use there (a
+    finished Workload has released it)."""
+    held: dict[str, dict[str, dict[str, Decimal]]] = {}
+    for w in workloads:
+        if w.quota_reserved and not w.finished and w.cluster_queue and w.tpu_flavor:
+            flavor = held.setdefault(w.cluster_queue, {}).setdefault(w.tpu_flavor, {})
+            for resource, amount in w.usage.items():
+                flavor[resource] = flavor.get(resource, Decimal(0)) + amount
+    return held
 
 
 def read_node(obj: Mapping[str, Any]) -> d.Node:
@@ -281,12 +302,14 @@ def build_snapshot(config: d.Config, now: float, *, flavors: Iterable[Mapping[st
                    cluster_queues: Iterable[Mapping[str, Any]], provisioning_requests: Iterable[Mapping[str, Any]],
                    evidence: PodEvidence) -> d.Snapshot:
     provisioned = provisioned_owners(provisioning_requests)
+    read = tuple(read_workload(o, provisioned, evidence) for o in workloads)
+    held = held_quota(read)
     return d.Snapshot(
         now=now,
         flavors={f.name: f for f in (read_flavor(o, config.taint_key) for o in flavors)},
-        workloads=tuple(read_workload(o, provisioned, evidence) for o in workloads),
+        workloads=read,
         nodes=tuple(read_node(o) for o in nodes),
-        free={o["metadata"]["name"]: free_quota(o) for o in cluster_queues},
+        free={o["metadata"]["name"]: free_quota(o, held.get(o["metadata"]["name"])) for o in cluster_queues},
     )
 
 
