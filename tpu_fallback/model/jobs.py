@@ -43,6 +43,7 @@ _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
 _STACK = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}$")
 # RayJob names end up in Kueue workload and KubeRay object names; keep them short enough for a label value.
 MAX_JOB_NAME = 42
+_NAME_RULE = f"lowercase letters, digits and hyphens, at most {MAX_JOB_NAME} characters"
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,9 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
         if not isinstance(raw, Mapping):
             raise fail(key, raw, "expected an object")
         raw = object_(key, raw, _JOB_KEYS)
-        name = raw.get("name", d.name)
-        if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_JOB_NAME:
-            raise fail(f"{key}.name", name,
-                       f"lowercase letters, digits and hyphens, at most {MAX_JOB_NAME} characters")
+        name = string(f"{key}.name", raw.get("name", d.name), _NAME, _NAME_RULE)
+        if len(name) > MAX_JOB_NAME:
+            raise fail(f"{key}.name", name, _NAME_RULE)
         pip = raw.get("pip", list(d.pip))
         if not isinstance(pip, list) or not all(isinstance(p, str) and p for p in pip):
             raise fail(f"{key}.pip", pip, "expected a list of pip requirement strings")
@@ -164,17 +164,22 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
         elif elastic_raw not in (None, False):
             raise fail(f"{key}.elastic", elastic_raw, "expected true, false or {minReplicas, maxReplicas}")
         env = raw.get("env", {})
-        if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise fail(f"{key}.env", env, "expected a map of variable name to string value (quote numbers)")
-        for variable in env:
-            if not _ENV_NAME.match(variable):
+        if not isinstance(env, Mapping):
+            raise fail(f"{key}.env", env, "expected a map of variable name to string value")
+        for variable, text in env.items():
+            if not isinstance(variable, str) or not _ENV_NAME.match(variable):
                 raise fail(f"{key}.env", variable, "expected an environment variable name such as MY_FLAG")
+            if isinstance(text, bool):  # YAML's true where the text "true" was meant
+                raise fail(f"{key}.env.{variable}", text, "an environment variable's value is text: quote it in the "
+                           f'stack file ("{str(text).lower()}")')
+            string(f"{key}.env.{variable}", text, None, "an environment variable's value is text")
             if variable.startswith(DERIVED_ENV_PREFIX):
                 raise fail(f"{key}.env.{variable}", env[variable], f"{DERIVED_ENV_PREFIX}* variables are set from the "
                            "infra stack's TPU outputs (workers, chips, topology); change the infra stack instead")
         queue = raw.get("queue")
-        if queue is not None and (not isinstance(queue, str) or not queue):
-            raise fail(f"{key}.queue", queue, "expected a local queue name such as user-queue or default/user-queue")
+        if queue is not None:
+            queue = non_empty_string(f"{key}.queue", queue,
+                                     "expected a local queue name such as user-queue or default/user-queue")
         job = JobSpec(
             name=name,
             count=_count(f"{key}.count", raw.get("count", d.count)),

@@ -311,9 +311,6 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
     string("gcp:project", project, _PROJECT_ID, "a GCP project id has 6 to 30 lowercase letters, digits or hyphens, "
            "starts with a letter and does not end with a hyphen (the id, not the project's display name or number)")
-    for key in ("gkeVersion",):
-        _refuse_number(key, raw.get(key))
-
     defaults = Settings(project=project)
     cluster_name = string(
         "clusterName", raw.get("clusterName", defaults.cluster_name), _CLUSTER_NAME,
@@ -331,8 +328,11 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     )
     if _gke_version_tuple(gke_version)[:2] < OLDEST_GKE_MINOR:
         oldest = ".".join(map(str, OLDEST_GKE_MINOR))
+        # The CLI hands a top-level value over as text, but after YAML read it: an unquoted 1.30 arrives as "1.3".
+        unquoted = (f'; if the stack file says {gke_version}0 without quotes, YAML read it as the number '
+                    f'{gke_version}: quote it ("{gke_version}0")') if re.fullmatch(r"\d+\.\d", gke_version) else ""
         raise fail("gkeVersion", gke_version, f"GKE no longer offers this minor version for new clusters "
-                   f"(as of {catalog.CATALOG_DATE}); use {oldest} or later")
+                   f"(as of {catalog.CATALOG_DATE}); use {oldest} or later{unquoted}")
 
     tpu = _parse_tpu(raw.get("tpu"))
     system_pool = _parse_system_pool(raw.get("systemPool"))
@@ -478,17 +478,9 @@ def _parse_flex_start(value: Any) -> FlexStartSettings:
     )
 
 
-def _refuse_number(key: str, value: Any) -> None:
-    """A version written without quotes reaches the program as a number (1.40 as 1.4): say so."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise fail(key, value, f'a version is text: quote it in the stack file ({key}: "{value}"), since YAML reads an '
-                   "unquoted 1.40 as the number 1.4")
-
-
 def _parse_kueue(value: Any) -> KueueSettings:
     d = KueueSettings()
     obj = object_("kueue", value, ("version", "featureGates", "podMonitoring", "install", "allowUnverifiedVersion"))
-    _refuse_number("kueue.version", obj.get("version"))
     version = string("kueue.version", obj.get("version", d.version), _SEMVER,
                      "expected a Kueue chart version x.y.z such as 0.19.2")
     unverified = boolean("kueue.allowUnverifiedVersion", obj.get("allowUnverifiedVersion", False))
@@ -504,8 +496,7 @@ def _parse_kueue(value: Any) -> KueueSettings:
     for name, enabled in gates_raw.items():
         if not isinstance(name, str) or not _FEATURE_GATE.match(name):
             raise fail("kueue.featureGates", name, "gate names are CamelCase such as ElasticJobsViaWorkloadSlices")
-        if not isinstance(enabled, bool):
-            raise fail(f"kueue.featureGates.{name}", enabled, "expected true or false")
+        enabled = boolean(f"kueue.featureGates.{name}", enabled)
         # An unverified version's gates are checked against the newest verified version's: unknown gates are
         # still refused (Kueue's controller would exit on one).
         checked = version if version in FEATURE_GATES else VERIFIED_VERSIONS[-1]

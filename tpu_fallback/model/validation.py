@@ -74,15 +74,47 @@ def object_(key: str, value: Any, allowed_keys: Sequence[str]) -> Mapping[str, A
     return value
 
 
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def read_as_number(key: str, value: float, allowed: str, fits_quoted: bool = True) -> ConfigError:
+    """A text setting that YAML read as a number (unquoted in the stack file): say so, and to quote it. A float
+    may have lost digits on the way (1.40 is 1.4), so the fix is the text as meant, not as shown. Where the
+    quoted number would still be refused (`fits_quoted` false, e.g. 86400 for "86400s"), what is allowed."""
+    if isinstance(value, float):
+        return fail(key, value, f"YAML read the unquoted value as the number {value}, but this setting is text: quote "
+                    f"it in the stack file exactly as you mean it (unquoted, a version such as 1.40 becomes 1.4); "
+                    f"{allowed}")
+    fix = f'quote it in the stack file ("{value}"); ' if fits_quoted else ""
+    return fail(key, value, f"YAML read the unquoted value as a number, but this setting is text: {fix}{allowed}")
+
+
+# Go's time.Time.String(): how the Pulumi CLI hands over a timestamp that YAML read unquoted (2026-12-01T00:00:00Z).
+GO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? [+-]\d{4} \S+$")
+
+
+def _as_text(key: str, value: Any, fits: bool, allowed: str) -> None:
+    """Refuse a number, or a timestamp the CLI reformatted, where a setting is text, saying why."""
+    if is_number(value):
+        raise read_as_number(key, value, allowed, fits)
+    if isinstance(value, str) and GO_TIME.match(value) and not fits:
+        raise fail(key, value, "YAML read the unquoted value as a timestamp, and the Pulumi CLI passes a timestamp on "
+                   f"in Go's format, not as written: quote it in the stack file; {allowed}")
+
+
 def string(key: str, value: Any, pattern: re.Pattern[str] | None = None, allowed: str = "") -> str:
+    allowed = allowed or "expected a string"
+    _as_text(key, value, pattern is None or bool(pattern.match(str(value))), allowed)
     if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
-        raise fail(key, value, allowed or "expected a string")
+        raise fail(key, value, allowed)
     return value
 
 
-def non_empty_string(key: str, value: Any) -> str:
+def non_empty_string(key: str, value: Any, allowed: str = "expected a non-empty string") -> str:
+    _as_text(key, value, True, allowed)
     if not isinstance(value, str) or not value.strip():
-        raise fail(key, value, "expected a non-empty string")
+        raise fail(key, value, allowed)
     return value
 
 
@@ -95,9 +127,17 @@ def integer(key: str, value: Any, minimum: int = 0) -> int:
     return value
 
 
+# YAML 1.1's booleans that YAML 1.2 (the Pulumi CLI's) reads as text.
+YAML11_BOOLEANS = frozenset({"yes", "Yes", "YES", "no", "No", "NO", "on", "On", "ON", "off", "Off", "OFF",
+                             "y", "Y", "n", "N"})
+
+
 def boolean(key: str, value: Any) -> bool:
     if isinstance(value, str) and value in ("true", "false"):
         return value == "true"
+    if isinstance(value, str) and value in YAML11_BOOLEANS:
+        raise fail(key, value, f"expected true or false ({value} is a boolean only to YAML 1.1; the Pulumi CLI reads "
+                   f'YAML 1.2, where it is the text "{value}")')
     if not isinstance(value, bool):
         raise fail(key, value, "expected true or false")
     return value
