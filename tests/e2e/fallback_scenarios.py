@@ -17,9 +17,12 @@ This module runs that on the simulated GKE (gke_sim.py) with what the stack's of
 - `FallbackWatch` (a gke_scenarios.Watch) also follows every Workload of each RayJob (how many, which flavors they
   reserved, their evictions), the taints on the ResourceFlavors over time, and the submitter pods that succeeded.
 
-The scenarios (`run_*`) return a gke_scenarios.Outcome; tests/e2e/test_stockout_fallback_e2e.py asserts on it,
-tests/e2e/benchmark_fallback.py prints figures. Kueue, KubeRay and the controller run in real time, so the
-controller's times (stockoutAfter, coolDown, ...) are real seconds: the stack overrides below keep them short.
+The scenarios (`run_*`) return a gke_scenarios.Outcome; tests/e2e/test_stockout_fallback_e2e.py and
+test_stockout_moves_e2e.py assert on it, test_stockout_evidence_e2e.py for issue 26's evidence scenarios (GKE's
+Events never seen, a job that is scheduled but never Ready, a slow start on plan B, an admin's taint, a probe after
+the cool-down, the controller removed or restarted), tests/e2e/benchmark_fallback.py prints figures. Kueue,
+KubeRay and the controller run in real time, so the controller's times (stockoutAfter, coolDown, ...) are real
+seconds: the stack overrides below keep them short.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import yaml
 
 from tests.e2e import gke_scenarios as gs
 from tests.e2e import scenario
-from tests.e2e.gke_sim import GkeSim, Timings, pools_from_plan, with_run_time
+from tests.e2e.gke_sim import POOL_LABEL, GkeSim, Timings, pools_from_plan, with_run_time, with_workers_ready_after
 from tests.e2e.kube import KubeClient
 from tpu_fallback.offline.mockrun import ProgramRun
 from tpu_fallback.render.fallback import MOUNT
@@ -61,6 +64,7 @@ REOPENED_EVENT = "PlanAReopened"
 MOVED_EVENT = "MovedToPlanA"
 FALLBACK_EVENTS = (STOCKOUT_EVENT, REOPENED_EVENT, MOVED_EVENT)
 MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
+EVICTING_ANNOTATION = "tpu-fallback.dev/evicted-from-plan-a"
 DEFAULT_TAINT_KEY = "tpu-fallback.dev/plan-a-stockout"
 PLAN_A_POOL = gs.PLAN_A_POOL  # on-demand-pool (dev stack)
 PLAN_B_POOL = gs.PLAN_B_POOL  # dws-pool
@@ -164,6 +168,12 @@ class Bounds:
         reactivated Workload has no backoff), then DWS provisioning and the controllers' latency. Kueue's own
         PodsReady timeout (30 min) plays no part."""
         return self.stockout_after + self.dws_provision + self.poll + CONTROLLER_LATENCY
+
+    def backstop_to_plan_b(self) -> float:
+        """Submission of a job stuck on plan A to all its pods Running on plan B when GKE's Events are never seen:
+        stockoutAfter after its admission, the controller's next poll closes plan A and evicts it, Kueue requeues it
+        (at most its back-off base), DWS provisions, and the controllers' latency."""
+        return self.stockout_after + self.poll + self.backoff_base + self.dws_provision + CONTROLLER_LATENCY
 
     def after_signal(self) -> float:
         """GKE's FailedScaleUp Event to all the job's pods Running on plan B: the controller's poll, DWS
@@ -376,6 +386,8 @@ class WorkloadTrack:
     succeeded_submitters: set[str] = field(default_factory=set)  # submitter pods seen Succeeded
     released: bool = False  # no quota reserved at the last poll
     releases: list[float] = field(default_factory=list)  # times a reservation was seen gone (eviction, deactivation)
+    admitted_at: list[float] = field(default_factory=list)  # Kueue's Admitted lastTransitionTime (unix s) of each
+    conditions_seen: set[tuple[str, str, str]] = field(default_factory=set)  # (type, status, reason) ever seen
 
     def flavors_reserved(self) -> list[str]:
         return [flavor for _t, flavor in self.reservations]
@@ -395,6 +407,8 @@ class FallbackWatch(gs.Watch):
         self.tracks: dict[str, WorkloadTrack] = {}
         # flavor -> [(time, taint value or None)] at each change, starting with the first poll's state.
         self.taints: dict[str, list[tuple[float, str | None]]] = {}
+        # flavor -> [(time, its whole spec.nodeTaints)] at each change (anyone's taints, not only the controller's).
+        self.flavor_taints: dict[str, list[tuple[float, list[dict[str, Any]]]]] = {}
 
     def track(self, record: gs.JobRecord) -> WorkloadTrack:
         return self.tracks.setdefault(record.key, WorkloadTrack())
@@ -409,6 +423,10 @@ class FallbackWatch(gs.Watch):
             history = self.taints.setdefault(name, [])
             if not history or history[-1][1] != value:
                 history.append((now, value))
+            taints = copy.deepcopy(list((flavor.get("spec") or {}).get("nodeTaints") or []))
+            every = self.flavor_taints.setdefault(name, [])
+            if not every or every[-1][1] != taints:
+                every.append((now, taints))
         for namespace in sorted({r.namespace for r in self.jobs.values()}):
             self._poll_workloads(namespace, now)
 
@@ -440,6 +458,13 @@ class FallbackWatch(gs.Watch):
                 for e in stats:  # one entry per reason and underlyingCause
                     evictions[str(e.get("reason"))] = evictions.get(str(e.get("reason")), 0) + int(e.get("count", 0))
                 track.evictions = evictions
+                for cond in (wl.get("status") or {}).get("conditions") or []:
+                    track.conditions_seen.add((str(cond.get("type")), str(cond.get("status")),
+                                               str(cond.get("reason"))))
+                    if cond.get("type") == "Admitted" and cond.get("status") == "True":
+                        stamp = _unix(cond.get("lastTransitionTime"))
+                        if stamp is not None and stamp not in track.admitted_at:
+                            track.admitted_at.append(stamp)
                 reserved = scenario.condition_status(wl, "QuotaReserved") == "True"
                 flavor = tpu_flavor(wl) if reserved else None
                 # A new reservation: another flavor, or the same one again after an eviction or a deactivation.
@@ -491,6 +516,15 @@ class FallbackWatch(gs.Watch):
 
     def tainted(self) -> bool:
         return any(h and h[-1][1] is not None for f, h in self.taints.items() if f in self.plan_a)
+
+
+def _unix(stamp: str | None) -> float | None:
+    """An RFC 3339 time of the API (whole seconds) as unix seconds."""
+    if not stamp:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def tpu_flavor(workload: Mapping[str, Any]) -> str | None:
@@ -582,19 +616,38 @@ class FallbackBox(gs.SimBox):
         self.wait_for_pods_ready = kueue_wait_for_pods_ready(self.infra)
         super().__init__(scale=gs.SCALE, timings=timings, wait_for_pods_ready=self.wait_for_pods_ready)
         self.scenarios = 0
+        self._rendered: dict[str, ProgramRun] = {}
+
+    def render(self, stack: gs.Stack) -> ProgramRun:
+        """Another stack's plan, for a scenario on this cluster: its Kueue must run as this one does (the same
+        waitForPodsReady block), since the cluster's Kueue is not restarted."""
+        if stack == self.stack:
+            return self.infra
+        key = json.dumps([stack.name, stack.overrides], sort_keys=True)
+        if key not in self._rendered:
+            infra = stack.render()
+            if kueue_wait_for_pods_ready(infra) != self.wait_for_pods_ready:
+                raise ValueError(f"{stack} needs another Kueue configuration than this cluster's ({self.stack}): "
+                                 f"waitForPodsReady {kueue_wait_for_pods_ready(infra)} != {self.wait_for_pods_ready}")
+            self._rendered[key] = infra
+        return self._rendered[key]
 
     @contextlib.contextmanager
-    def scenario(self, *, controller: bool = True) -> Iterator[Env]:
-        if self.acquire(pools_from_plan(self.infra), f"{self.stack.name} {dict(self.stack.overrides)}"):
+    def scenario(self, *, controller: bool = True, stack: gs.Stack | None = None) -> Iterator[Env]:
+        """One scenario on the box's cluster (reset first): the box's stack, or `stack` (same Kueue configuration),
+        with a fresh controller (the plan's config.json) unless controller=False."""
+        stack = stack or self.stack
+        infra = self.render(stack)
+        if self.acquire(pools_from_plan(infra), f"{stack.name} {dict(stack.overrides)}"):
             _wait_lists_answer(self.plane.client)
         plane, sim = self.plane, self.sim
         self.scenarios += 1
-        bundle = controller_bundle(self.infra) if controller else None
-        kubeconfig = controller_kubeconfig(plane, self.infra) if controller else plane.kubeconfig
+        bundle = controller_bundle(infra) if controller else None
+        kubeconfig = controller_kubeconfig(plane, infra) if controller else plane.kubeconfig
         if controller:  # what the process reads on its way out: is its Deployment going away?
-            apply_controller_deployment(plane.client, self.infra)
+            apply_controller_deployment(plane.client, infra)
         ctl = Controller(bundle, kubeconfig, plane.workdir, name=f"fallback-controller-{self.scenarios}")
-        env = Env(plane, sim, self.infra, ctl, ctl.config if controller else {}, self.wait_for_pods_ready)
+        env = Env(plane, sim, infra, ctl, ctl.config if controller else {}, self.wait_for_pods_ready)
         try:
             if controller:
                 ctl.start()
@@ -888,14 +941,355 @@ def run_restart_during_stockout(env: Env) -> gs.Outcome:
     return gs.Outcome(watch, facts)
 
 
-def run_stockout_time_to_running(env: Env, window: float) -> gs.Outcome:
-    """Plan A stocked out, one job: how long until all its pods run (None if not within `window` real seconds),
-    and what happened on the way (for benchmark_fallback.py). Without the fallback (no controller, a Kueue without
-    waitForPodsReady) the job sits on plan A's quota for as long as the stock-out lasts."""
+# --- issue 26's "done when": evidence, not timers, and nothing left behind ---------------------------------------
+
+# The dev stack with room for two plan A slices (on-demand and on-demand-2, a pool each) and the same fallback.
+TWO_SLICES_FALLBACK = gs.Stack("dev", {"onDemand": {"maxSlices": 2}, "fallback": dict(FALLBACK_SETTINGS)})
+# An admin's own taint on plan A's flavor (say, a maintenance window the jobs accept), and the jobs' toleration.
+ADMIN_TAINT: Mapping[str, str] = {"key": "example.com/maintenance", "value": "planned", "effect": "NoSchedule"}
+ADMIN_TOLERATION: Mapping[str, str] = {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}
+AUTOSCALER_REASONS = ("TriggeredScaleUp", "FailedScaleUp", "NotTriggerScaleUp")
+
+
+def no_capacity_events(client: KubeClient, record: gs.JobRecord) -> list[float]:
+    """When GKE's autoscaler said it has no VMs for one of the job's pods (its RayCluster's and submitter's pods
+    are named after the RayJob): FailedScaleUp, or NotTriggerScaleUp for a pool in back-off after one; unix seconds
+    (whole: Events carry whole seconds), oldest first."""
+    out = []
+    for event in client.list("v1", "Event", record.namespace):
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") != "Pod" or not str(involved.get("name", "")).startswith(f"{record.name}-"):
+            continue
+        reason, message = event.get("reason"), str(event.get("message", ""))
+        if reason == "FailedScaleUp" or (reason == "NotTriggerScaleUp" and "in backoff after failed scale-up"
+                                         in message):
+            stamp = _unix(event.get("firstTimestamp"))
+            if stamp is not None:
+                out.append(stamp)
+    return sorted(out)
+
+
+def autoscaler_event_counts(client: KubeClient, namespace: str = "default") -> dict[str, int]:
+    return {reason: len(gs.events(client, namespace, reason)) for reason in AUTOSCALER_REASONS}
+
+
+def worker_pods(client: KubeClient, record: gs.JobRecord) -> list[dict[str, Any]]:
+    """The job's TPU worker pods now (its RayCluster's pods of gke_scenarios.TPU_GROUP)."""
+    return [p for p in client.list("v1", "Pod", record.namespace)
+            if p["metadata"]["name"].startswith(f"{record.name}-")
+            and (p["metadata"].get("labels") or {}).get("ray.io/group") == gs.TPU_GROUP]
+
+
+def workers_on_nodes(client: KubeClient, record: gs.JobRecord) -> int:
+    """How many of the job's workers are bound to a node and handled there (KWOK gave them an IP)."""
+    return len([p for p in worker_pods(client, record)
+                if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("podIP")])
+
+
+def pod_states(watch: FallbackWatch, record: gs.JobRecord) -> list[dict[str, Any]]:
+    """What a test asserts of the job's TPU worker pods now: phase, pool of the node, Ready, containers waiting."""
+    return [pod_state(p, watch) for p in worker_pods(watch.client, record)]
+
+
+def pod_state(pod: Mapping[str, Any], watch: FallbackWatch) -> dict[str, Any]:
+    status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and node not in watch.node_pool:  # created after the watch's last poll
+        found = watch.client.get("v1", "Node", node) or {"metadata": {}}
+        watch.node_pool[node] = (found["metadata"].get("labels") or {}).get(POOL_LABEL, "")
+    ready = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    waiting = sorted({str(((c.get("state") or {}).get("waiting") or {}).get("reason"))
+                      for c in status.get("containerStatuses") or [] if (c.get("state") or {}).get("waiting")})
+    return {"phase": status.get("phase"), "pool": watch.node_pool.get(node) if node else None, "ready": ready,
+            "waiting": waiting}
+
+
+def _with_rayjob(objects: Sequence[Mapping[str, Any]], change: Callable[[dict[str, Any]], dict[str, Any]],
+                 names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The objects, with `change` applied to the RayJobs (those named in `names`, or all)."""
+    return [change(dict(o)) if o["kind"] == "RayJob" and (names is None or o["metadata"]["name"] in names)
+            else dict(o) for o in objects]
+
+
+def tolerating(rayjob: dict[str, Any], toleration: Mapping[str, str]) -> dict[str, Any]:
+    """The RayJob whose TPU workers tolerate `toleration` too (Kueue checks a flavor's taints against them)."""
+    out = copy.deepcopy(rayjob)
+    for group in out["spec"]["rayClusterSpec"].get("workerGroupSpecs") or []:
+        group["template"]["spec"].setdefault("tolerations", []).append(dict(toleration))
+    return out
+
+
+def _wait_or_none(watch: FallbackWatch, predicate: Callable[[], Any], timeout: float, interval: float = 0.1
+                  ) -> float | None:
+    """The watch's time at which `predicate` held, None if it did not within `timeout` (an outcome, not an error)."""
+    try:
+        watch.wait(predicate, timeout, "(optional)", interval=interval)
+    except TimeoutError:
+        return None
+    return watch.now()
+
+
+def _close_value(watch: FallbackWatch, index: int = 0) -> float | None:
+    """The value (unix seconds of the close) of the controller's `index`-th taint on the first plan A flavor."""
+    values = [v for _t, v in watch.plan_a_taint_changes()[watch.plan_a[0]] if v is not None]
+    return float(values[index]) if len(values) > index else None
+
+
+def _finish(env: Env, watch: FallbackWatch, facts: dict[str, Any], records: Sequence[gs.JobRecord]) -> gs.Outcome:
+    """What every scenario reports at its end."""
+    client = env.client
+    facts["taints"] = watch.plan_a_taint_changes()
+    facts["all_taints"] = dict(watch.taints)
+    facts["flavor_taints"] = dict(watch.flavor_taints)
+    facts["events"] = {reason: fallback_events(client, reason) for reason in FALLBACK_EVENTS}
+    facts["jobs"] = {r.name: job_summary(client, watch, r) for r in records}
+    facts["plans"] = plan_of(env.infra, env.sim)
+    facts["metrics"] = env.controller.metrics()
+    facts["controller_log"] = env.controller.lines()
+    return gs.Outcome(watch, facts)
+
+
+def run_backstop_without_events(env: Env) -> gs.Outcome:
+    """(1) A GKE whose autoscaler Events are never seen (`sim.set_events(False)`): plan A stocked out, job 1
+    admitted there; its pods stay unschedulable but nothing says why, so only the stockoutAfter backstop can close
+    plan A. Job 1 still runs on plan B."""
     client, sim = env.client, env.sim
     watch = env.watch()
     scenario.apply_infra(client, env.infra)
     watch.poll()
+    sim.set_events(False)
+    sim.set_capacity(PLAN_A_POOL, False)
+    bound = env.bounds()
+    wall_minus_watch = time.time() - watch.now()
+    (job,) = watch.submit(_jobs(env, 1, "backstop"))
+    watch.wait_running([job], bound.backstop_to_plan_b() + 30)
+    track = watch.track(job)
+    facts: dict[str, Any] = {
+        "bound": bound, "submitted": job.submitted, "running_at": job.running,
+        "to_running": (job.running or 0) - job.submitted,
+        "admitted_kueue": track.admitted_at[0] if track.admitted_at else None,  # unix, whole seconds
+        "admitted_watch": (track.admitted_at[0] - wall_minus_watch) if track.admitted_at else None,
+        "tainted_at": watch.tainted_at_first(), "close_value": _close_value(watch),
+        "autoscaler_events": autoscaler_event_counts(client),
+        "suppressed": sorted({e.reason for e in sim.suppressed_events}),
+        "suppressed_count": len(sim.suppressed_events),
+    }
+    watch.wait_finished([job], 60)
+    return _finish(env, watch, facts, [job])
+
+
+def run_not_ready_with_capacity(env: Env) -> gs.Outcome:
+    """(2) Plan A has capacity (TWO_SLICES_FALLBACK: quota and a pool for two slices). Job 1's workers are bound to
+    the nodes plan A's pool grew for them, but their image never pulls (Pending on their node, never Ready: the
+    job's own problem). Well past stockoutAfter plan A is still open; a healthy job 2 then runs on plan A too."""
+    client = env.client
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    bound = env.bounds()
+    objects = _with_rayjob(_jobs(env, 2, "notready"), lambda o: with_workers_ready_after(o, None), ["notready-1"])
+    first = _submit_one(watch, objects, "notready-1")
+    watch.wait(lambda: workers_on_nodes(client, first) >= 4, 60, "job 1's workers bound to plan A's nodes")
+    facts: dict[str, Any] = {"bound": bound, "workers_bound_at": watch.now(), "admitted": first.admitted}
+    # Well past stockoutAfter after its admission, and a few of the controller's polls more.
+    hold_until = (first.admitted or first.submitted) + bound.stockout_after + 5 * bound.poll + 5
+    watch.wait(lambda: watch.now() >= hold_until, hold_until - watch.now() + 30, "stockoutAfter and a few polls")
+    facts["held_after_admission"] = watch.now() - (first.admitted or first.submitted)
+    facts["first_pods"] = pod_states(watch, first)
+    facts["tainted_before_second"] = watch.tainted_at_first()
+    facts["first_flavor"] = tpu_flavor(watch.track(first).last)
+    second = _submit_one(watch, objects, "notready-2")
+    watch.wait_running([second], 60)
+    watch.wait_finished([second], 60)
+    facts["first_pods_end"] = pod_states(watch, first)
+    facts["first_running"] = first.running
+    return _finish(env, watch, facts, [first, second])
+
+
+def run_slow_start_on_plan_b(env: Env, ready_after: float) -> gs.Outcome:
+    """(3) Plan A full (job 1, running, holds its one slice of quota): job 2 goes to plan B, DWS provisions its
+    slice, and its workers, once bound, take `ready_after` seconds to turn Ready (a large image). Nobody evicts it:
+    not the controller (it is not on plan A), not Kueue's PodsReady timeout (30 min); it completes on plan B."""
+    client = env.client
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    bound = env.bounds()
+    wall_minus_watch = time.time() - watch.now()
+    objects = _with_rayjob(_jobs(env, 2, "slow", {1: 10}), lambda o: with_workers_ready_after(o, ready_after),
+                           ["slow-2"])
+    first = _submit_one(watch, objects, "slow-1")
+    second = _submit_one(watch, objects, "slow-2")
+    watch.wait(lambda: workers_on_nodes(client, second) >= 4, bound.dws_provision + 60,
+               "job 2's workers bound to plan B's nodes")
+    facts: dict[str, Any] = {"bound": bound, "ready_after": ready_after, "workers_bound_at": watch.now(),
+                             "second_pods_bound": pod_states(watch, second)}
+    watch.wait_running([second], ready_after + 60)
+    track = watch.track(second)
+    facts["second_running"] = second.running
+    facts["second_admitted_kueue"] = (track.admitted_at[0] - wall_minus_watch) if track.admitted_at else None
+    facts["second_requests"] = gs.request_conditions(client, "default")
+    watch.wait_finished([first, second], 90)
+    facts["second_conditions_seen"] = sorted(track.conditions_seen)
+    facts["second_releases"] = list(track.releases)
+    return _finish(env, watch, facts, [first, second])
+
+
+def set_flavor_taints(client: KubeClient, flavor: str, taints: Sequence[Mapping[str, str]]) -> None:
+    """What an admin does with `kubectl patch resourceflavor <flavor> --type merge -p '{"spec":{"nodeTaints":...}}'`
+    (spec.nodeTaints is an atomic list: the patch sets all of it)."""
+    client.request("PATCH", f"/apis/{KUEUE_API}/resourceflavors/{flavor}", {"spec": {"nodeTaints": list(taints)}},
+                   content_type="application/merge-patch+json")
+
+
+def run_admin_taint_and_probe(env: Env) -> gs.Outcome:
+    """(4) and (6). An admin's taint (ADMIN_TAINT, which the jobs tolerate) on plan A's flavor before anything
+    happens. Plan A stays stocked out for the whole scenario: job 1 closes it (GKE's FailedScaleUp) and runs on
+    plan B; the cool-down passes and plan A reopens; job 2, admitted to the reopened plan A, gets GKE's FailedScaleUp
+    within seconds and closes it again at once (a probe costs seconds, not stockoutAfter) and runs on plan B. The
+    admin's taint is read at every step."""
+    client = env.client
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    flavor = watch.plan_a[0]
+    set_flavor_taints(client, flavor, [ADMIN_TAINT])
+    env.sim.set_capacity(PLAN_A_POOL, False)
+    bound = env.bounds()
+    wall_minus_watch = time.time() - watch.now()
+    objects = _with_rayjob(_jobs(env, 2, "probe"), lambda o: tolerating(o, ADMIN_TOLERATION))
+    watch.wait(lambda: ADMIN_TAINT in (watch.flavor_taints.get(flavor) or [(0, [])])[-1][1], 10,
+               "the watch to see the admin's taint on plan A's flavor")
+    facts: dict[str, Any] = {"bound": bound, "flavor": flavor, "taints_before": watch.flavor_taints[flavor][-1][1]}
+    first = _submit_one(watch, objects, "probe-1")
+    watch.wait(watch.tainted, bound.stockout_after + bound.poll + 20, "the controller to close plan A", interval=0.1)
+    facts["closed_at"] = watch.now()
+    facts["taints_closed"] = watch.flavor_taints[flavor][-1][1]
+    watch.wait_running([first], bound.to_plan_b() + 30)
+    watch.wait_finished([first], 60)
+    close = _close_value(watch) or 0.0
+    watch.wait(lambda: not watch.tainted(), close - wall_minus_watch + bound.cool_down + bound.poll + 20 - watch.now(),
+               "plan A to reopen after the cool-down", interval=0.1)
+    facts["reopened_at"] = watch.now()
+    facts["close_value"] = close
+    facts["taints_reopened"] = watch.flavor_taints[flavor][-1][1]
+    # The probe: job 2 on the reopened, still stocked-out plan A.
+    second = _submit_one(watch, objects, "probe-2")
+    watch.wait(lambda: _close_value(watch, 1) is not None, bound.stockout_after + bound.poll + 20,
+               "the controller to close plan A again", interval=0.1)
+    facts["reclosed_at"] = watch.now()
+    facts["reclose_value"] = _close_value(watch, 1)
+    facts["taints_reclosed"] = watch.flavor_taints[flavor][-1][1]
+    watch.wait_running([second], bound.stockout_after + bound.after_signal() + 30)
+    track = watch.track(second)
+    facts["second"] = {"submitted": second.submitted, "running": second.running,
+                       "admitted_kueue": track.admitted_at[0] if track.admitted_at else None,
+                       "no_capacity": no_capacity_events(client, second)}
+    facts["wall_minus_watch"] = wall_minus_watch
+    watch.wait_finished([second], 60)
+    facts["taints_end"] = watch.flavor_taints[flavor][-1][1]
+    return _finish(env, watch, facts, [first, second])
+
+
+@contextlib.contextmanager
+def paused(plane: Any, component: str) -> Iterator[int]:
+    """A component of the control plane stopped (SIGSTOP) for the block, then continued (SIGCONT), also on failure:
+    a busy or stalled controller, as far as the others can tell. Yields its pid."""
+    pid = plane.pids()[component]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def run_controller_removed_then_restarted(env: Env) -> gs.Outcome:
+    """(5) Plan A stocked out, job 1 admitted there; the controller closes plan A and evicts job 1 (deactivates it).
+    While job 1 is deactivated and not yet reactivated, the controller's Deployment is deleted (as `pulumi destroy`
+    does: foreground) and the process gets SIGTERM, as the kubelet sends it: plan A must reopen at once and job 1
+    must be active again, since no controller will come back to finish the eviction.
+    Then the Deployment is back and a new controller closes plan A again; SIGTERM with the Deployment in place (a
+    restart: a drained node, an evicted pod) must keep the close, and the next process carries on: job 1 runs on
+    plan B.
+
+    The window between the eviction's two halves is deterministic here: KubeRay is paused (SIGSTOP) from the moment
+    job 1's pods exist until the controller is gone. Kueue clears an evicted Workload's reservation only once its job
+    is no longer active (for a RayJob: KubeRay reports it Suspended; jobframework/reconciler.go), and the controller
+    reactivates only a released Workload, so job 1 stays deactivated, by the controller, for as long as needed.
+    GKE's FailedScaleUp on plan A comes 10 s after its pods ask for nodes (a slower scale-up attempt), so KubeRay is
+    paused before the close."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_A_POOL, False)
+    sim.scale_up_delays[PLAN_A_POOL] = sim.scale.sim(10.0)
+    bound = env.bounds()
+    (job,) = watch.submit(_jobs(env, 1, "removed"))
+    track = watch.track(job)
+    watch.wait(lambda: len(worker_pods(client, job)) >= 4, 30, "KubeRay to create job 1's worker pods")
+    facts: dict[str, Any] = {"bound": bound, "workers_created_at": watch.now()}
+
+    def deactivated() -> bool:
+        return track.last.get("spec", {}).get("active") is False and EVICTING_ANNOTATION in track.annotations
+
+    with paused(env.plane, "kuberay"):
+        facts["paused_at"] = watch.now()
+        watch.wait(deactivated, 10 + bound.stockout_after + bound.poll + 20, "the controller to evict job 1",
+                   interval=0.1)
+        facts["deactivated_seen_at"] = watch.now()
+        sim.scale_up_delays.pop(PLAN_A_POOL)
+        time.sleep(2 * bound.poll)  # a few of the controller's passes: it does not reactivate a reserved Workload
+        (name,) = sorted(track.names)
+        before = client.get(KUEUE_API, "Workload", name, job.namespace) or {}
+        facts["before_sigterm"] = {
+            "active": (before.get("spec") or {}).get("active"),
+            "reserved": scenario.condition_status(before, "QuotaReserved"),
+            "annotations": {k: v for k, v in (before["metadata"].get("annotations") or {}).items()
+                            if k.startswith("tpu-fallback")}}
+        facts["deployment_before"] = client.get("apps/v1", "Deployment", CONTROLLER_NAME, CONTROLLER_NAMESPACE) \
+            is not None
+        client.delete("apps/v1", "Deployment", CONTROLLER_NAME, CONTROLLER_NAMESPACE, propagation_policy="Foreground")
+        facts["sigterm_at"] = watch.now()
+        facts["exit_removed"] = env.controller.stop()
+        facts["exited_at"] = watch.now()
+        facts["reopened_at"] = _wait_or_none(watch, lambda: not watch.tainted(), 10, interval=0.05)
+        after = client.get(KUEUE_API, "Workload", name, job.namespace) or {}
+        facts["after_removal"] = {
+            "active": (after.get("spec") or {}).get("active"),
+            "annotations": {k: v for k, v in (after["metadata"].get("annotations") or {}).items()
+                            if k.startswith("tpu-fallback")}}
+        facts["deployment_after"] = client.get("apps/v1", "Deployment", CONTROLLER_NAME, CONTROLLER_NAMESPACE)
+        facts["taints_after_removal"] = watch.plan_a_taint_changes()
+    # KubeRay goes on; the Deployment is back (pulumi up) and a new controller closes plan A again.
+    apply_controller_deployment(client, env.infra)
+    env.controller.start()
+    watch.wait(lambda: _close_value(watch, 1) is not None, bound.stockout_after + bound.poll + 30,
+               "the new controller to close plan A again", interval=0.05)
+    facts["reclose_value"] = _close_value(watch, 1)
+    facts["exit_restart"] = env.controller.stop()  # SIGTERM, its Deployment in place: a restart
+    flavor = client.get(KUEUE_API, "ResourceFlavor", watch.plan_a[0]) or {}
+    facts["taint_after_restart_exit"] = next((t.get("value") for t in (flavor.get("spec") or {}).get(
+        "nodeTaints") or [] if t.get("key") == watch.taint_key), None)
+    time.sleep(3)  # no process meanwhile: nothing may have changed the close
+    watch.poll()
+    facts["tainted_while_down"] = watch.tainted()
+    env.controller.start()
+    watch.wait_running([job], bound.to_plan_b() + 30)
+    watch.wait_finished([job], 60)
+    return _finish(env, watch, facts, [job])
+
+
+def run_stockout_time_to_running(env: Env, window: float, *, events: bool = True) -> gs.Outcome:
+    """Plan A stocked out, one job: how long until all its pods run (None if not within `window` real seconds),
+    and what happened on the way (for benchmark_fallback.py). Without the fallback (no controller, a Kueue without
+    waitForPodsReady) the job sits on plan A's quota for as long as the stock-out lasts. events=False: GKE's
+    autoscaler Events are never seen (the controller has only its stockoutAfter backstop)."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_events(events)
     sim.set_capacity(PLAN_A_POOL, False)
     (job,) = watch.submit(_jobs(env, 1, "bench"))
     deadline = job.submitted + window
@@ -916,6 +1310,9 @@ def run_stockout_time_to_running(env: Env, window: float) -> gs.Outcome:
         "worker_pools": {pool for replica in job.worker_pools().values() for pool in replica},
         "pods": watch.describe_unfinished() if job.running is None else "",
         "failed_scale_ups": len(gs.events(client, "default", "FailedScaleUp")),
+        "suppressed_events": len(sim.suppressed_events),
+        "first_no_capacity": since(next((t - (time.time() - watch.now()) for t in no_capacity_events(client, job)),
+                                        None)),
     }
     if env.controller.pid is not None:
         from tests.e2e.controlplane import process_usage

@@ -27,6 +27,11 @@ process, from the node pools the offline plan renders for a stack (`gcp:containe
 - **Capacity**: `set_capacity(pool, False)` is a stock-out (scale-ups of that pool fail after the delay, with
   `FailedScaleUp` on the pods and the pool in back-off for `timings.backoff`; ProvisioningRequests stay queued),
   `set_capacity(pool, True)` brings it back; `preempt(pool)` takes a pool's nodes away with their pods.
+  `set_events(False[, pool])`: the autoscaler acts as before but its Events on pods are never written (a GKE whose
+  autoscaler Events nobody sees); `suppressed_events` lists what it would have written.
+- **Slow or broken pods**: `with_workers_ready_after(rayjob, seconds)` annotates a RayJob's workers so that, bound
+  to a node, they stay Pending and not Ready (ContainerCreating, as while a large image is pulled) for that long,
+  then run; `None`: never (ImagePullBackOff). Two stages of the sim's own next to KWOK's (`KWOK_STAGES`) do it.
 - **Ray**: KubeRay polls each RayJob's Ray dashboard (`http://<head-svc>.<ns>.svc.cluster.local:8265`). The
   operator runs with `HTTP_PROXY` pointing at `RayDashboard`, a tiny HTTP server here that answers the job API:
   a Ray job is SUCCEEDED when its submitter Job completed (KWOK's `pod-complete` stage finishes the submitter pod
@@ -91,6 +96,7 @@ TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"  # cluster-autoscaler's taint o
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # on every new node until the node lifecycle controller sees Ready
 PODS_PER_NODE = 110  # GKE's default maximum pods per node
 COMPONENT = "cluster-autoscaler"
+ALL_POOLS = "*"  # GkeSim.set_events for every pool
 
 # Condition reasons and messages as GKE's queued provisioning sets them.
 ACCEPTED = ("SuccessfullyQueued", "Provisioning Request was successfully queued.")
@@ -471,6 +477,16 @@ class SimEvent:
     what: str
 
 
+@dataclass(frozen=True)
+class SuppressedEvent:
+    """An autoscaler Event the sim did not write (`GkeSim.set_events`): real seconds since the start, reason, pod."""
+
+    at: float
+    reason: str
+    pod: str  # namespace/name
+    message: str
+
+
 class GkeSim:
     """The simulated GKE of one cluster. `start(server, ca_file, token)` runs it in a thread; `stop()` ends it.
 
@@ -495,6 +511,9 @@ class GkeSim:
         self.capacity: dict[str, bool] = {p.name: True for p in pools}
         # Per pool: simulated seconds a scale-up takes instead of timings.scale_up / cpu_scale_up.
         self.scale_up_delays: dict[str, float] = {}
+        # Pools whose autoscaler Events nobody sees (ALL_POOLS: every pool), and the Events not written for them.
+        self.unseen_events: set[str] = set()
+        self.suppressed_events: list[SuppressedEvent] = []
         self.log: list[SimEvent] = []
         self.errors: list[str] = []
         self._lapsed: set[str] = set()  # nodes whose heartbeat lapsed (reported once each)
@@ -545,6 +564,8 @@ class GkeSim:
             self.pools = {p.name: p for p in pools}
             self.capacity = {p.name: True for p in pools}
             self.scale_up_delays.clear()
+            self.unseen_events.clear()
+            self.suppressed_events.clear()
             self._upcoming.clear()
             self._backoff_until.clear()
             self._idle_since.clear()
@@ -617,6 +638,22 @@ class GkeSim:
             if available:
                 self._backoff_until.pop(pool, None)
             self._note(f"capacity of {pool}: {'available' if available else 'stock-out'}")
+
+    def set_events(self, seen: bool, pool: str | None = None) -> None:
+        """Whether the autoscaler's Events on pods (TriggeredScaleUp, FailedScaleUp, NotTriggerScaleUp) are written
+        for one pool, or for every pool (None): False is a GKE whose autoscaler Events are never seen (lost,
+        filtered, or a cluster where nothing reads them). The autoscaler itself acts as before; what it would have
+        written is kept in `suppressed_events`."""
+        with self._lock:
+            name = ALL_POOLS if pool is None else pool
+            if pool is not None:
+                self._pool(pool)  # a known pool
+            if seen:
+                self.unseen_events.discard(name)
+            else:
+                self.unseen_events.add(name)
+            self._note(f"autoscaler Events of {'every pool' if pool is None else pool}: "
+                       f"{'written' if seen else 'not seen'}")
 
     def preempt(self, pool: str) -> list[str]:
         """GCE takes the pool's nodes away (preemption, maintenance): pods on them are deleted, then the nodes."""
@@ -705,7 +742,7 @@ class GkeSim:
                 zone = up.pool.zone
                 self._note(f"scale-up of {up.pool.name} by {up.count} failed: stock-out")
                 for pod in up.pods:
-                    self._event(pod, "FailedScaleUp", "Warning",
+                    self._event(pod, "FailedScaleUp", "Warning", [up.pool.name],
                                 f"Node scale up in zones {zone} associated with this pod failed: GCE out of "
                                 "resources. Pod is at risk of not being scheduled.")
                 continue
@@ -893,7 +930,9 @@ class GkeSim:
                     reasons.append(why)
             if not candidates:
                 summary = ", ".join(f"{reasons.count(r)} {r}" for r in dict.fromkeys(reasons))
-                self._event(pod, "NotTriggerScaleUp", "Normal", f"pod didn't trigger scale-up: {summary}")
+                # About the pools that would take the pod but for their state (back-off, size, queued).
+                about = [p.name for p in self.pools.values() if self._why_not(p, pod, request) is None]
+                self._event(pod, "NotTriggerScaleUp", "Normal", about, f"pod didn't trigger scale-up: {summary}")
                 continue
             pool = min(candidates, key=lambda p: (pool_size.get(p.name, 0), list(self.pools).index(p.name)))
             count = pool.hosts_per_slice
@@ -906,7 +945,7 @@ class GkeSim:
             before = pool_size.get(pool.name, 0)
             pool_size[pool.name] = before + count
             self._note(f"scale-up of {pool.name} {before}->{before + count} for {pod_key(pod)}")
-            self._event(pod, "TriggeredScaleUp", "Normal",
+            self._event(pod, "TriggeredScaleUp", "Normal", [pool.name],
                         f"pod triggered scale-up: [{{{pool.name} {before}->{before + count} (max: {pool.max_nodes})}}]")
 
     # --- scale-down ---------------------------------------------------------------------------------------------
@@ -1061,13 +1100,17 @@ class GkeSim:
 
     # --- events -------------------------------------------------------------------------------------------------
 
-    def _event(self, pod: Mapping[str, Any], reason: str, kind: str, message: str) -> None:
-        """A core/v1 Event on the pod from "cluster-autoscaler", once per pod, reason and message."""
+    def _event(self, pod: Mapping[str, Any], reason: str, kind: str, pools: Sequence[str], message: str) -> None:
+        """A core/v1 Event on the pod from "cluster-autoscaler", once per pod, reason and message; not written (kept
+        in suppressed_events) when the Events of one of `pools` (those it is about) are not seen."""
         meta = pod["metadata"]
         key = (meta.get("uid", ""), reason, message)
         if key in self._events_sent:
             return
         self._events_sent.add(key)
+        if self.unseen_events & {ALL_POOLS, *pools}:
+            self.suppressed_events.append(SuppressedEvent(self.elapsed(), reason, pod_key(pod), message))
+            return
         stamp = _now_rfc3339()
         with contextlib.suppress(KubeError):
             self.client.create({
@@ -1112,11 +1155,101 @@ def kwok_stage_files(stages_dir: Path) -> dict[str, dict[str, Any]]:
 # node-heartbeat-with-lease), pods Running and Ready as soon as they are bound (pod-ready), pods with a
 # deletionTimestamp removed at once (pod-delete), and pods owned by a Job (the Ray submitter, the readiness
 # gate) Succeeded after the job's run time (pod-complete, with its per-pod annotation override kept).
-KWOK_STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete")
+KWOK_STAGE_FILES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete")
+# Two more of the sim's own, for pods that carry READY_AFTER_ANNOTATION (which pod-ready then leaves alone): bound,
+# they stay Pending and not Ready on their node, with their IPs, their containers waiting (pod-starting:
+# ContainerCreating, as while a large image is pulled, or ImagePullBackOff for "never"; its template uses the
+# functions of KWOK v0.8.0's pod-ready); after the annotation's duration they turn Running and Ready as pod-ready
+# makes them (pod-ready-late). `with_workers_ready_after` puts the annotation on a RayJob's workers.
+KWOK_STAGES = (*KWOK_STAGE_FILES, "pod-starting", "pod-ready-late")
+READY_AFTER_ANNOTATION = "tpu-fallback.sim/ready-after"  # a Go duration from binding to Ready, or "never"
+NEVER = "never"
+_READY_AFTER = f'.metadata.annotations["{READY_AFTER_ANNOTATION}"]'
+_POD_STARTING_STATUS = """\
+{{ $now := Now }}
+{{ $never := eq (index .metadata.annotations "<annotation>") "<never>" }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    waiting:
+      {{ if $never }}
+      reason: ImagePullBackOff
+      message: {{ printf "Back-off pulling image %q" .image | Quote }}
+      {{ else }}
+      reason: ContainerCreating
+      {{ end }}
+{{ end }}
+{{ $hostIPs := NodeIPsWith .spec.nodeName }}
+{{ with $hostIPs }}
+hostIP: {{ index . 0 | Quote }}
+hostIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+{{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+{{ with $podIPs }}
+podIP: {{ index . 0 | Quote }}
+podIPs:
+{{ range . }}
+- ip: {{ . | Quote }}
+{{ end }}
+{{ end }}
+phase: Pending
+startTime: {{ $now | Quote }}
+""".replace("<annotation>", READY_AFTER_ANNOTATION).replace("<never>", NEVER)
+# Running and Ready, as KWOK's pod-ready makes a pod, keeping the IPs pod-starting gave it (a second allocation
+# would add a second IP of the family, which the API server refuses).
+_POD_READY_LATE_STATUS = """\
+{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+{{ range .spec.readinessGates }}
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: {{ .conditionType | Quote }}
+{{ end }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+phase: Running
+"""
 
 
 def kwok_stages(job_run_real_seconds: float, stages_dir: Path | None = None) -> list[dict[str, Any]]:
-    """KWOK_STAGES, with pod-complete delayed by the job's run time (real seconds)."""
+    """KWOK_STAGES: KWOK's (KWOK_STAGE_FILES) with pod-complete delayed by the job's run time (real seconds) and
+    pod-ready leaving the pods with READY_AFTER_ANNOTATION to the sim's two stages."""
     if stages_dir is None:
         from tests.e2e.controlplane import build_components
 
@@ -1125,17 +1258,52 @@ def kwok_stages(job_run_real_seconds: float, stages_dir: Path | None = None) -> 
             raise RuntimeError("bin.env has no KWOK_STAGES_DIR; run tests/e2e/build_components.sh")
         stages_dir = comps.kwok_stages_dir
     found = kwok_stage_files(stages_dir)
-    missing = [s for s in KWOK_STAGES if s not in found]
+    missing = [s for s in KWOK_STAGE_FILES if s not in found]
     if missing:
         raise FileNotFoundError(f"KWOK stages {', '.join(missing)} not in {stages_dir}")
-    stages = [copy.deepcopy(found[s]) for s in KWOK_STAGES]
+    stages = [copy.deepcopy(found[s]) for s in KWOK_STAGE_FILES]
     for stage in stages:
         if stage["metadata"]["name"] == "pod-complete":
             stage["spec"]["delay"] = {
                 "durationMilliseconds": max(1, int(job_run_real_seconds * 1000)),
                 "durationFrom": {"expressionFrom": f'.metadata.annotations["{KWOK_COMPLETE_DELAY}"]'},
             }
-    return stages
+    ready = next(s for s in stages if s["metadata"]["name"] == "pod-ready")
+    _match(ready).append({"key": _READY_AFTER, "operator": "DoesNotExist"})
+    starting = {"apiVersion": ready.get("apiVersion", "kwok.x-k8s.io/v1alpha1"), "kind": "Stage",
+                "metadata": {"name": "pod-starting"},
+                "spec": {"resourceRef": copy.deepcopy(ready["spec"]["resourceRef"]), "selector": {"matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.podIP", "operator": "DoesNotExist"},
+                    {"key": _READY_AFTER, "operator": "Exists"},
+                ]}, "next": {"statusTemplate": _POD_STARTING_STATUS}}}
+    late = {"apiVersion": starting["apiVersion"], "kind": "Stage", "metadata": {"name": "pod-ready-late"},
+            "spec": {"resourceRef": copy.deepcopy(ready["spec"]["resourceRef"]), "selector": {"matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                {"key": ".status.podIP", "operator": "Exists"},
+                {"key": _READY_AFTER, "operator": "Exists"},
+                {"key": _READY_AFTER, "operator": "NotIn", "values": [NEVER]},
+            ]}, "delay": {"durationMilliseconds": 0, "durationFrom": {"expressionFrom": _READY_AFTER}},
+                "next": {"statusTemplate": _POD_READY_LATE_STATUS}}}
+    return [*stages, starting, late]
+
+
+def _match(stage: dict[str, Any]) -> list[dict[str, Any]]:
+    expressions: list[dict[str, Any]] = stage["spec"].setdefault("selector", {}).setdefault("matchExpressions", [])
+    return expressions
+
+
+def with_workers_ready_after(rayjob: Mapping[str, Any], real_seconds: float | None) -> dict[str, Any]:
+    """The RayJob with worker pods that start slowly: bound to their node, they stay Pending and not Ready (their
+    containers waiting: ContainerCreating, as while a large image is pulled) for `real_seconds`, then run; None:
+    never (ImagePullBackOff, as for an image that cannot be pulled). The head and the submitter start as before.
+    KWOK's stages honour READY_AFTER_ANNOTATION on the workers' pod templates (see KWOK_STAGES)."""
+    out = copy.deepcopy(dict(rayjob))
+    value = NEVER if real_seconds is None else f"{max(1, int(real_seconds * 1000))}ms"
+    for group in out["spec"]["rayClusterSpec"].get("workerGroupSpecs") or []:
+        group["template"].setdefault("metadata", {}).setdefault("annotations", {})[READY_AFTER_ANNOTATION] = value
+    return out
 
 
 def with_run_time(rayjob: Mapping[str, Any], real_seconds: float) -> dict[str, Any]:
