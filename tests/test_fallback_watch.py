@@ -85,30 +85,34 @@ class FakeStream:
 
 
 class FakeApi:
-    """Collections by path (with their query): LISTs answer them at `version`; each WATCH of a path plays the next
-    script queued for it (none left: a watch that ends at once). Failures are queued per (verb, path). Also answers
-    `list(path)`, as Kube does, for a ListingView of the same cluster."""
+    """Collections by path (with their query): LISTs answer them at `version`, in pages of the limit asked for;
+    each WATCH of a path plays the next script queued for it (none left: a watch that ends at once). Failures are
+    queued per (verb, path), one per request (None: that one answers). Also answers `list(path)`, as Kube does,
+    for a ListingView of the same cluster."""
 
     def __init__(self, collections: dict[str, list[Obj]] | None = None, version: str = "100") -> None:
         self.collections = collections or {}
         self.version = version
         self.scripts: dict[str, list[list[tuple[str, Obj] | Exception]]] = {}
-        self.failures: dict[tuple[str, str], list[Exception]] = {}
+        self.failures: dict[tuple[str, str], list[Exception | None]] = {}
         self.calls: list[tuple[str, str, str | None]] = []  # (verb, path, resourceVersion)
         self.streams: list[FakeStream] = []
 
     def _fail(self, verb: str, path: str) -> None:
         queued = self.failures.get((verb, path))
-        if queued:
-            raise queued.pop(0)
+        failure = queued.pop(0) if queued else None
+        if failure is not None:
+            raise failure
 
-    def list_at(self, path: str) -> tuple[list[Obj], str]:
-        self.calls.append(("LIST", path, None))
-        self._fail("LIST", path)
-        return copy.deepcopy(self.collections.get(path, [])), self.version
+    def list_pages(self, path: str, limit: int) -> Iterator[tuple[list[Obj], str]]:
+        items = copy.deepcopy(self.collections.get(path, []))
+        for start in range(0, max(len(items), 1), limit):
+            self.calls.append(("LIST", path, None))
+            self._fail("LIST", path)
+            yield items[start:start + limit], self.version
 
     def list(self, path: str) -> list[Obj]:
-        return self.list_at(path)[0]
+        return [o for page, _ in self.list_pages(path, 10**9) for o in page]
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int) -> FakeStream:
         self.calls.append(("WATCH", path, resource_version))
@@ -196,6 +200,17 @@ def test_410_gone_lists_again_and_the_new_list_replaces_the_store(gone: str) -> 
     informer.step()
     assert [c[0] for c in api.calls] == ["LIST", "WATCH", "LIST"]
     assert names(informer) == ["b", "d"] and informer.resource_version == "42" and informer.lists == 2
+
+
+def test_a_list_comes_in_pages_and_an_expired_continue_token_starts_it_over() -> None:
+    api = FakeApi({PATH: [obj(name, "1") for name in "abcde"]}, version="9")
+    api.failures[("LIST", PATH)] = [None, KubeError(410, "GET", PATH, "the continue token is too old")]
+    informer = watch.Informer(api, PATH, page_size=2)
+    assert informer.step() == 0 and not informer.synced and informer.items() == []  # the half list is not kept
+    assert informer.resource_version is None and informer.error is None
+    assert informer.step() == 0 and informer.synced and informer.resource_version == "9"
+    assert names(informer) == ["a", "b", "c", "d", "e"] and informer.lists == 1
+    assert [c[0] for c in api.calls] == ["LIST"] * 5  # two pages, then three
 
 
 def test_a_failing_list_is_retried_with_a_growing_back_off_and_its_error_stays_visible_until_it_works() -> None:
@@ -585,7 +600,12 @@ def test_kube_watches_on_a_connection_of_its_own_and_counts_every_request(tmp_pa
         def do_GET(self) -> None:
             seen.append((self.client_address[1], self.path))
             if "watch=true" not in self.path:
-                body = json.dumps({"metadata": {"resourceVersion": "10"}, "items": [obj("a", "9")]}).encode()
+                page: Obj = {"metadata": {"resourceVersion": "10"}, "items": [obj("a", "9")]}
+                if "continue=tok" in self.path:
+                    page["items"] = [obj("z", "9")]
+                elif "limit=" in self.path:
+                    page["metadata"]["continue"] = "tok"
+                body = json.dumps(page).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -624,15 +644,18 @@ def test_kube_watches_on_a_connection_of_its_own_and_counts_every_request(tmp_pa
         with pytest.raises(KubeError, match="HTTP 410") as gone:
             kube.watch(PATH, "3", timeout_seconds=7)
         assert gone.value.status == 410
-        informer = watch.Informer(kube.fork(), PATH)
+        informer = watch.Informer(kube.fork(), PATH, page_size=1)
         informer.step()
+        assert names(informer) == ["a", "z"]  # two pages
         informer.step()
-        assert names(informer) == ["a", "b"] and informer.resource_version == "12"
+        assert names(informer) == ["a", "b", "z"] and informer.resource_version == "12"
         kube.close()
     finally:
         server.shutdown()
         server.server_close()
     assert seen[1][1] == (f"/prefix{PATH}?labelSelector=x&watch=true&resourceVersion=10&allowWatchBookmarks=true"
                           "&timeoutSeconds=7")
-    assert seen[0][0] != seen[1][0] != seen[2][0]  # each watch on a connection of its own
-    assert verbs == ["list", "watch", "watch", "list", "watch"]
+    assert seen[3][1] == f"/prefix{PATH}?limit=1" and seen[4][1] == f"/prefix{PATH}?limit=1&continue=tok"
+    assert seen[0][0] != seen[1][0] != seen[2][0] != seen[3][0]  # each watch on a connection of its own ...
+    assert seen[3][0] == seen[4][0]  # ... and an informer's pages on its own keep-alive one
+    assert verbs == ["list", "watch", "watch", "list", "list", "watch"]

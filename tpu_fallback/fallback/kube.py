@@ -101,6 +101,20 @@ class Kube:
         answer = self._call("GET", path, verb="list")
         return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion") or "")
 
+    def list_pages(self, path: str, limit: int) -> Iterator[tuple[builtins.list[Any], str]]:
+        """One LIST in pages of up to `limit` items (limit and continue): each page's items and the resourceVersion
+        of the whole list. A reader can drop what it does not keep of a page before the next is decoded. A continue
+        token the server no longer honours answers 410 (KubeError): list again from the start."""
+        token: str | None = None
+        while True:
+            query = urllib.parse.urlencode({"limit": str(limit), **({"continue": token} if token else {})})
+            answer = self._call("GET", f"{path}{'&' if '?' in path else '?'}{query}", verb="list")
+            meta = answer.get("metadata") or {}
+            yield list(answer.get("items") or []), str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or None
+            if token is None:
+                return
+
     def watch(self, path: str, resource_version: str, timeout_seconds: int) -> WatchStream:
         """A WATCH of `path` (a collection, with its selectors) from `resource_version`, bookmarks included, on a new
         connection of its own (it stays open for up to `timeout_seconds`, when the server ends it)."""

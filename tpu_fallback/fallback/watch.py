@@ -15,7 +15,8 @@ again every few seconds), not with what changed. An informer pays for a kind onc
 - `optional`: a kind whose API may not be served (a CRD not installed: LIST answers 404) reads as empty, and the
   LIST is tried again every NOT_SERVED_RETRY seconds.
 - `transform` slims each object as it is stored (the controller keeps the fields it reads: a Workload's pod
-  templates would otherwise stay in memory for every Workload of the cluster).
+  templates would otherwise stay in memory for every Workload of the cluster). The LIST comes in pages of
+  PAGE_SIZE, each slimmed before the next is decoded, so not every whole object of a kind is in memory at once.
 
 `step()` is one round (a LIST, or one WATCH followed to its end) and returns how long to wait before the next;
 the thread started by `start()` repeats it. Tests call it directly with a fake `Transport`, no thread, no clock.
@@ -38,6 +39,7 @@ WATCH_SECONDS = 300  # the server ends each watch after this (timeoutSeconds); i
 RETRY_FIRST, RETRY_MAX = 0.5, 15.0  # seconds before retrying a failed LIST or WATCH: doubled per failure, capped
 NOT_SERVED_RETRY = 60.0  # seconds between LISTs of an optional kind whose API is not served
 EMPTY_WATCH_PAUSE = 1.0  # after a watch that ended without a single event or bookmark (a server or proxy closing it)
+PAGE_SIZE = 500  # items per LIST page (client-go's pager default)
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
@@ -53,7 +55,7 @@ class WatchStream(Protocol):
 class Transport(Protocol):
     """What an informer needs of the API (kube.Kube has both; a test fakes them)."""
 
-    def list_at(self, path: str) -> tuple[list[Obj], str]: ...
+    def list_pages(self, path: str, limit: int) -> Iterator[tuple[list[Obj], str]]: ...
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int) -> WatchStream: ...
 
@@ -68,7 +70,8 @@ class Informer:
 
     def __init__(self, transport: Transport, path: str, *, name: str | None = None, optional: bool = False,
                  changed: threading.Event | None = None, count: Callable[[str], None] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None, watch_seconds: int = WATCH_SECONDS) -> None:
+                 transform: Callable[[Obj], Obj] | None = None, watch_seconds: int = WATCH_SECONDS,
+                 page_size: int = PAGE_SIZE) -> None:
         self.transport = transport
         self.path = path
         self.name = name or path
@@ -77,6 +80,7 @@ class Informer:
         self._count = count  # called with "lists", "events" or "errors" (the controller's metrics)
         self._transform = transform
         self.watch_seconds = watch_seconds
+        self.page_size = page_size
         self.lists = 0  # LISTs answered (1 unless a watch fell too far behind or the API was not served)
         self.events = 0  # ADDED, MODIFIED and DELETED events applied
         self.errors = 0  # LISTs and WATCHes that failed
@@ -138,8 +142,12 @@ class Informer:
             return self._failed(err)
 
     def _relist(self) -> float:
+        store: dict[Key, Obj] = {}
+        version = ""
         try:
-            items, version = self.transport.list_at(self.path)
+            for items, page_version in self.transport.list_pages(self.path, self.page_size):
+                store.update((key_of(o), self._slim(o)) for o in items)
+                version = page_version  # every page carries the whole list's
         except KubeError as err:
             if err.status != 404 or not self.optional:
                 raise
@@ -149,7 +157,6 @@ class Informer:
             self._healthy()
             self.changed.set()
             return NOT_SERVED_RETRY  # _version stays None: the next round LISTs again
-        store = {key_of(o): self._slim(o) for o in items}
         with self._lock:
             self._store = store
         self.served, self._synced, self._version = True, True, version
