@@ -269,8 +269,8 @@ class StockOut:
         self.client.delete("ray.io/v1", "RayCluster", self.cluster_name, "default")
 
     def run(self) -> None:
-        self.started = time.monotonic()
         self.create()
+        self.started = time.monotonic()  # the times below count from the first Event
         self.say_no_capacity()
         said, cleaned = time.monotonic(), False
         name = self.rayjob["metadata"]["name"]
@@ -303,6 +303,7 @@ class Sample:
     controller: dict[str, float]
     apiserver: dict[str, float]
     controller_cpu: float
+    controller_rss: int
     controller_peak_rss: int
     apiserver_cpu: float
     etcd_cpu: float
@@ -314,7 +315,8 @@ def sample(plane: ControlPlane, controller: fs.Controller) -> Sample:
     api = process_usage(pids["apiserver"])
     etcd = process_usage(pids["etcd"])
     return Sample(time.monotonic(), controller.metrics(), parse_metrics(str(plane.client.request("GET", "/metrics"))),
-                  own.cpu_seconds if own else float("nan"), own.peak_rss_bytes if own else 0,
+                  own.cpu_seconds if own else float("nan"), own.rss_bytes if own else 0,
+                  own.peak_rss_bytes if own else 0,
                   api.cpu_seconds if api else float("nan"), etcd.cpu_seconds if etcd else float("nan"))
 
 
@@ -334,7 +336,8 @@ def figures(a: Sample, b: Sample) -> dict[str, float]:
         "controller failed passes": b.controller.get("tpu_fallback_reconcile_errors_total", 0)
         - a.controller.get("tpu_fallback_reconcile_errors_total", 0),
         "controller CPU s/s": rate(lambda s: s.controller_cpu),
-        "controller peak RSS MiB": b.controller_peak_rss / 2**20,
+        "controller RSS MiB at the end": b.controller_rss / 2**20,
+        "controller peak RSS MiB (since start)": b.controller_peak_rss / 2**20,
         "apiserver requests/s (all clients)": rate(lambda s: total(s.apiserver, "apiserver_request_total")),
         "apiserver LIST/s (all clients)": rate(lambda s: total(s.apiserver, "apiserver_request_total",
                                                                'verb="LIST"')),
