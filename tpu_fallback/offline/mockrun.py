@@ -112,6 +112,11 @@ class ProgramRun:
                    and not r.type.endswith("Patch")]
         return sorted(objects, key=apply_order)
 
+    def kubernetes_patches(self) -> list[dict[str, Any]]:
+        """The Patch resources' partial objects (server-side apply patches of objects made elsewhere)."""
+        return [kubernetes_manifest(r) for r in self.resources
+                if r.type.startswith("kubernetes:") and r.type.endswith("Patch")]
+
 
 _KIND_ORDER = {kind: rank for rank, kinds in enumerate([
     ("Namespace",),
