@@ -21,15 +21,17 @@ import pytest
 if TYPE_CHECKING:
     from tests.e2e.fallback_scenarios import FallbackBox
 
-# Warm wall seconds of each module run alone on 2 cores (2026-12-01); only the order matters.
+# Warm wall seconds of each module run alone on 2 cores (2026-12-01; the evidence module 2026-12-03); only the order
+# matters. The evidence module waits on the fallback's timers most of its time, so it pairs with a short one.
 SCHEDULE = (
-    "test_engine_e2e",  # 185   worker 1
-    "test_gke_sim_e2e",  # 170  worker 2
-    "test_stockout_moves_e2e",  # 130  worker 3
+    "test_stockout_evidence_e2e",  # 270  worker 1
+    "test_engine_e2e",  # 185   worker 2
+    "test_gke_sim_e2e",  # 170  worker 3
     "test_kueue_chart_e2e",  # 42  worker 1
-    "test_multikueue_e2e",  # 70  worker 2
+    "test_stockout_moves_e2e",  # 130  worker 2
     "test_stockout_fallback_e2e",  # 110  worker 3
-    "test_elastic_e2e",  # 62   then to whichever worker runs short
+    "test_multikueue_e2e",  # 70  then to whichever worker runs short
+    "test_elastic_e2e",  # 62
     "test_fallback_e2e",  # 38
     "test_controller_manager_e2e",  # 28
 )
