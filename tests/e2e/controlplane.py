@@ -52,6 +52,7 @@ import functools
 import hashlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -349,10 +350,13 @@ def _remove_stale_seeds(root: Path, keep: Path) -> None:
 # local ports from that range, so a port found free there could be taken by one (an informer's watch, say) before
 # the component binds it; a parallel run saw etcd fail with "bind: address already in use". Each xdist worker draws
 # from a slice of its own, and a process never hands out a port twice, not even to two threads at once (MultiKueue's
-# two control planes start side by side).
+# two control planes start side by side). Two test runs at once on one machine (a developer's and CI's) share the
+# slices: each process starts its scan at a random place in its slice, and a port counts as free only when nothing
+# listens on it on any address (the fallback controller's metrics listen on all of them).
 PORT_BASE, PORT_SLICE = 10000, 1000
 _handed_out: set[int] = set()
 _handing_out = threading.Lock()
+_SCAN_START = random.randrange(PORT_SLICE)
 
 
 def free_port() -> int:
@@ -361,12 +365,13 @@ def free_port() -> int:
     if low + PORT_SLICE > _ephemeral_start():
         return _kernel_port()  # an unusual ephemeral range: take the kernel's pick
     with _handing_out:
-        for port in range(low, low + PORT_SLICE):
+        for step in range(PORT_SLICE):
+            port = low + (_SCAN_START + step) % PORT_SLICE
             if port in _handed_out:
                 continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
-                    s.bind(("127.0.0.1", port))
+                    s.bind(("", port))
                 except OSError:
                     continue  # in use, by another process
             _handed_out.add(port)
