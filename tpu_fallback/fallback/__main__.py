@@ -45,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    ladder = " -> ".join(f"{r.name}{' (queued)' if r.queued else ''} {list(r.flavors)}" for r in settings.decide.ladder)
     logging.getLogger("tpu-fallback").info(
-        "watching plan A %s -> plan B %s: stockoutAfter %ss, coolDown %ss, every %ss (reading the cluster %s)",
-        list(settings.decide.plan_a_flavors), list(settings.decide.plan_b_flavors),
+        "watching %s: stockoutAfter %ss, coolDown %ss, every %ss (reading the cluster %s)",
+        f"plan A {list(settings.decide.plan_a_flavors)} -> plan B {list(settings.decide.plan_b_flavors)}"
+        if settings.decide.two_plans else f"the ladder {ladder}",
         settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds,
         "with LISTs every pass" if args.list_every_pass else "by watching it, a pass on each change")
     if isinstance(view, WatchingView) and not view.start():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import threading
 import time
 import urllib.parse
@@ -53,15 +54,77 @@ class Settings:
     def from_file(cls, path: Path) -> Settings:
         """The config.json the infra stack renders (tpu_fallback/render/fallback.py writes the same keys)."""
         raw = json.loads(path.read_text())
+        rungs = parse_rungs(raw["rungs"]) if "rungs" in raw else ()
+        if rungs:
+            plan_a = tuple(f for r in rungs if not r.queued for f in r.flavors)
+            plan_b = tuple(f for r in rungs if r.queued for f in r.flavors)
+            selectors = [str(r["nodeSelector"]) for r in raw["rungs"] if not r.get("queued") and r.get("nodeSelector")]
+            closable = sum(1 for r in rungs if not r.queued)
+            node_selector = merge_selectors(selectors) if len(selectors) == closable else None
+        else:
+            plan_a, plan_b = tuple(raw["planAFlavors"]), tuple(raw["planBFlavors"])
+            node_selector = raw.get("planANodeSelector") or None
         return cls(
             decide=d.Config(
-                plan_a_flavors=tuple(raw["planAFlavors"]), plan_b_flavors=tuple(raw["planBFlavors"]),
+                plan_a_flavors=plan_a, plan_b_flavors=plan_b,
                 stockout_after=float(raw["stockoutAfterSeconds"]), cool_down=float(raw["coolDownSeconds"]),
-                taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]),
+                taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]), rungs=rungs,
             ),
             poll_seconds=float(raw["pollSeconds"]), metrics_port=int(raw["metricsPort"]),
-            deployment=raw.get("deployment"), node_selector=raw.get("planANodeSelector") or None,
+            deployment=raw.get("deployment"), node_selector=node_selector,
         )
+
+
+_RUNG_KEYS = {"name", "flavors", "queued", "nodeSelector"}
+
+
+def parse_rungs(raw: Any) -> tuple[d.Rung, ...]:
+    """config.json's "rungs": [{"name", "flavors", "queued", "nodeSelector"?}, ...], most preferred first. The
+    program renders it; a hand-edited file that does not fit is refused with what is wrong."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"rungs {raw!r} is invalid: expected a non-empty list of rungs")
+    rungs: list[d.Rung] = []
+    seen_flavors: set[str] = set()
+    for i, one in enumerate(raw):
+        where = f"rungs[{i}]"
+        if not isinstance(one, dict):
+            raise ValueError(f"{where} {one!r} is invalid: expected an object")
+        unknown = sorted(set(one) - _RUNG_KEYS)
+        if unknown:
+            raise ValueError(f"{where} has unknown keys {unknown}: allowed are {sorted(_RUNG_KEYS)}")
+        name, flavors, queued = one.get("name"), one.get("flavors"), one.get("queued", False)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}.name {name!r} is invalid: expected a non-empty string")
+        if any(r.name == name for r in rungs):
+            raise ValueError(f"{where}.name {name!r} is invalid: another rung has that name")
+        if not isinstance(flavors, list) or not flavors or not all(isinstance(f, str) and f for f in flavors):
+            raise ValueError(f"{where}.flavors {flavors!r} is invalid: expected a non-empty list of flavor names")
+        shared = sorted(seen_flavors & set(flavors))
+        if shared:
+            raise ValueError(f"{where}.flavors {flavors!r} is invalid: {shared} is on another rung already")
+        if not isinstance(queued, bool):
+            raise ValueError(f"{where}.queued {queued!r} is invalid: expected true or false")
+        seen_flavors.update(flavors)
+        rungs.append(d.Rung(name, tuple(flavors), queued))
+    return tuple(rungs)
+
+
+_IN_SELECTOR = re.compile(r"^\s*(?P<key>[A-Za-z0-9./_-]+)\s+in\s+\((?P<values>[^()]*)\)\s*$")
+_EQ_SELECTOR = re.compile(r"^\s*(?P<key>[A-Za-z0-9./_-]+)\s*==?\s*(?P<values>[A-Za-z0-9._-]+)\s*$")
+
+
+def merge_selectors(selectors: Iterable[str]) -> str | None:
+    """One label selector for the nodes of every rung: `<key> in (...)` when each rung's selector is `<key> in
+    (...)` or `<key>=<value>` on the same key; None (every node read) otherwise, since a selector cannot say "or"."""
+    key: str | None = None
+    values: set[str] = set()
+    for selector in selectors:
+        found = _IN_SELECTOR.match(selector) or _EQ_SELECTOR.match(selector)
+        if found is None or (key is not None and found["key"] != key):
+            return None
+        key = found["key"]
+        values.update(v.strip() for v in found["values"].split(",") if v.strip())
+    return None if key is None or not values else f"{key} in ({','.join(sorted(values))})"
 
 
 # --- reading the cluster ------------------------------------------------------------------------------------------
@@ -516,7 +579,12 @@ class Metrics:
     # Series of these appear as they are first counted, one per label value.
     LABELLED = ("tpu_fallback_api_requests_total",  # {verb}: every request the controller sent
                 "tpu_fallback_watch_lists_total", "tpu_fallback_watch_events_total",  # {resource}: per informer
-                "tpu_fallback_watch_errors_total")
+                "tpu_fallback_watch_errors_total",
+                # {rung}: a capacity ladder's, in place of the plan A series (use_rungs)
+                "tpu_fallback_rung_closed", "tpu_fallback_rung_closes_total", "tpu_fallback_rung_reopens_total",
+                "tpu_fallback_moves_up_total")
+    PLAN_A = ("tpu_fallback_plan_a_closed", "tpu_fallback_plan_a_closes_total", "tpu_fallback_plan_a_reopens_total",
+              "tpu_fallback_moves_to_plan_a_total")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -530,16 +598,32 @@ class Metrics:
             "tpu_fallback_loop_heartbeat_timestamp_seconds": 0,
         }
 
+    def use_rungs(self, closable: Iterable[str], rungs: Iterable[str]) -> None:
+        """A capacity ladder: per-rung series (`rung` label) instead of plan A's, at zero from the start."""
+        with self._lock:
+            for name in self.PLAN_A:
+                self.values.pop(name, None)
+            for rung in closable:
+                for name in ("tpu_fallback_rung_closed", "tpu_fallback_rung_closes_total",
+                             "tpu_fallback_rung_reopens_total"):
+                    self.values.setdefault(self.key(name, rung=rung), 0)
+            for rung in rungs:
+                self.values.setdefault(self.key("tpu_fallback_moves_up_total", rung=rung), 0)
+
+    @staticmethod
+    def key(name: str, **labels: str) -> str:
+        return name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+
     def add(self, name: str, amount: float = 1, **labels: str) -> None:
-        key = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+        key = self.key(name, **labels)
         with self._lock:
             if key not in self.values and not (labels and name in self.LABELLED):
                 raise KeyError(f"no metric {key}")  # a typo, not a new series
             self.values[key] = self.values.get(key, 0) + amount
 
-    def set(self, name: str, value: float) -> None:
+    def set(self, name: str, value: float, **labels: str) -> None:
         with self._lock:
-            self.values[name] = value
+            self.values[self.key(name, **labels)] = value
 
     def healthy(self, max_age: float, now: float | None = None) -> bool:
         """The loop went round within `max_age` seconds (or the process is younger than that). A heartbeat, not the
@@ -593,6 +677,9 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.view: ClusterView = view if view is not None else ListingView(kube, settings.node_selector)
         self._started_generation: int | None = None  # remember_deployment()
+        config = settings.decide
+        if not config.two_plans:
+            self.metrics.use_rungs((r.name for r in config.ladder if not r.queued), (r.name for r in config.ladder))
 
     def reconcile(self, now: float | None = None) -> list[d.Action]:
         """One pass: snapshot, decide, act. Returns what it did."""
@@ -609,10 +696,14 @@ class Controller:
                 self.metrics.add("tpu_fallback_action_errors_total")
                 log.warning("%s failed, retried next pass: %s", type(action).__name__, err)
         actions = done
-        was_closed = any(snap.flavors[n].closed_since is not None for n in config.plan_a_flavors if n in snap.flavors)
-        reopened = any(isinstance(a, d.ReopenPlanA) for a in actions)
-        closed = any(isinstance(a, d.ClosePlanA) for a in actions) or (was_closed and not reopened)
-        self.metrics.set("tpu_fallback_plan_a_closed", 1 if closed else 0)
+        for rung in config.ladder:
+            if rung.queued:
+                continue
+            was_closed = any(snap.flavors[n].closed_since is not None for n in rung.flavors if n in snap.flavors)
+            reopened = any(isinstance(a, d.ReopenPlanA) and a.rung == rung.name for a in actions)
+            closed = any(isinstance(a, d.ClosePlanA) and a.rung == rung.name for a in actions) or (
+                was_closed and not reopened)
+            self._set_closed(rung, closed)
         self.metrics.set("tpu_fallback_last_reconcile_timestamp_seconds", now)
         self.metrics.add("tpu_fallback_reconcile_passes_total")
         return actions
@@ -640,12 +731,17 @@ class Controller:
                 self.view.wait(stop, self.settings.poll_seconds)
 
     def sweep(self, now: float | None = None) -> list[str]:
-        """Remove our taint from every plan A flavor whose cool-down has passed, reading nothing but the flavors:
-        the reopen that holds whatever else fails. Returns the flavors reopened."""
+        """Remove our taint from every flavor (of every rung not queued: plan A's) whose cool-down has passed,
+        reading nothing but the flavors: the reopen that holds whatever else fails. Returns the flavors reopened."""
         now = time.time() if now is None else now
         config = self.settings.decide
-        expired = [f.name for f in self._plan_a_flavors() if d.cool_down_over(config, f.closed_since, now)]
-        return self._reopen(expired, d.cool_down_reason(config))
+        flavors = self._closable_flavors()
+        reopened: list[str] = []
+        for rung in config.ladder:
+            expired = [f.name for f in flavors if f.name in rung.flavors
+                       and d.cool_down_over(config, f.closed_since, now)]
+            reopened += self._reopen(expired, d.cool_down_reason(config, rung), rung)
+        return reopened
 
     def _sweep_quietly(self) -> None:
         try:
@@ -686,8 +782,11 @@ class Controller:
             why = "its Deployment's spec changed (a rollout; the new controller closes plan A again on new evidence)"
         else:
             return None
-        closed = [f.name for f in self._plan_a_flavors() if f.closed_since is not None]
-        self._reopen(closed, f"the fallback controller is leaving ({why}): plan A is offered again")
+        flavors = self._closable_flavors()
+        for rung in self.settings.decide.ladder:
+            closed = [f.name for f in flavors if f.name in rung.flavors and f.closed_since is not None]
+            self._reopen(closed, f"the fallback controller is leaving ({why}): "
+                                 f"{self.settings.decide.label(rung)} is offered again", rung)
         self._requeue_deactivated(why)
         return why
 
@@ -707,61 +806,89 @@ class Controller:
             except KubeError as err:  # the others still get theirs
                 log.warning("could not requeue %s/%s on the way out: %s", meta["namespace"], meta["name"], err)
 
-    def _plan_a_flavors(self) -> list[d.Flavor]:
-        found = (_get_if_found(self.kube, f"{KUEUE}/resourceflavors/{n}") for n in self.settings.decide.plan_a_flavors)
+    def _closable_flavors(self) -> list[d.Flavor]:
+        """Every flavor the controller may have tainted (plan A's; on a ladder, every rung's but the queued)."""
+        found = (_get_if_found(self.kube, f"{KUEUE}/resourceflavors/{n}")
+                 for n in self.settings.decide.closable_flavors)
         return [read_flavor(obj, self.settings.decide.taint_key) for obj in found if obj is not None]
 
-    def _reopen(self, flavors: list[str], why: str) -> list[str]:
+    def _rung(self, name: str) -> d.Rung:
+        return next(r for r in self.settings.decide.ladder if r.name == name)
+
+    def _set_closed(self, rung: d.Rung, closed: bool) -> None:
+        if self.settings.decide.two_plans:
+            self.metrics.set("tpu_fallback_plan_a_closed", 1 if closed else 0)
+        else:
+            self.metrics.set("tpu_fallback_rung_closed", 1 if closed else 0, rung=rung.name)
+
+    def _count(self, plan_a: str, ladder: str, rung: str) -> None:
+        """One more of a plan A counter on two plans, of its per-rung counter on a ladder."""
+        if self.settings.decide.two_plans:
+            self.metrics.add(plan_a)
+        else:
+            self.metrics.add(ladder, rung=rung)
+
+    def _reason(self, plan_a: str, ladder: str) -> str:
+        """An Event's reason: plan A's words on two plans (unchanged), the ladder's otherwise."""
+        return plan_a if self.settings.decide.two_plans else ladder
+
+    def _reopen(self, flavors: list[str], why: str, rung: d.Rung | None = None) -> list[str]:
         """Remove our taint from these flavors (Events, a log line, the reopen counted); returns them."""
+        rung = rung or self.settings.decide.ladder[0]
         if flavors:
             for name in flavors:
                 self.set_taint(name, None)
-                self._event_on_flavor(name, "PlanAReopened", why)
-            self.metrics.add("tpu_fallback_plan_a_reopens_total")
-            self.metrics.set("tpu_fallback_plan_a_closed", 0)
-            log.info("reopen plan A (%s): %s", ", ".join(flavors), why)
+                self._event_on_flavor(name, self._reason("PlanAReopened", "RungReopened"), why)
+            self._count("tpu_fallback_plan_a_reopens_total", "tpu_fallback_rung_reopens_total", rung.name)
+            self._set_closed(rung, False)
+            log.info("reopen %s (%s): %s", self.settings.decide.label(rung), ", ".join(flavors), why)
         return flavors
 
     def _act(self, action: d.Action, snap: d.Snapshot) -> None:
+        config = self.settings.decide
         if isinstance(action, d.ClosePlanA):
+            label = config.label(self._rung(action.rung))
+            reason = self._reason("PlanAStockOut", "RungStockOut")
             for name in action.flavors:
                 self.set_taint(name, str(int(action.since)))
-                self._event_on_flavor(name, "PlanAStockOut", action.why)
+                self._event_on_flavor(name, reason, action.why)
             if action.cause:
                 ns, name = action.cause.split("/", 1)
-                self._event_on_workload(ns, name, "PlanAStockOut", action.why)
-                self.metrics.add("tpu_fallback_plan_a_closes_total")
-            log.info("close plan A (%s): %s", ", ".join(action.flavors), action.why)
+                self._event_on_workload(ns, name, reason, action.why)
+                self._count("tpu_fallback_plan_a_closes_total", "tpu_fallback_rung_closes_total", action.rung)
+            log.info("close %s (%s): %s", label, ", ".join(action.flavors), action.why)
         elif isinstance(action, d.ReopenPlanA):
-            self._reopen(list(action.flavors), action.why)
+            self._reopen(list(action.flavors), action.why, self._rung(action.rung))
         elif isinstance(action, d.Evict):
             stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.EVICTING_ANNOTATION: stamp}}, "spec": {"active": False}})
-            self._event_on_workload(action.namespace, action.name, "EvictedFromPlanA", action.why)
+            self._event_on_workload(action.namespace, action.name, self._reason("EvictedFromPlanA", "EvictedFromRung"),
+                                    action.why)
             self.metrics.add("tpu_fallback_evictions_total")
-            log.info("evict from plan A (deactivate): %s", action.why)
+            log.info("evict from %s (deactivate): %s", config.label(self._rung(action.rung)), action.why)
         elif isinstance(action, d.Deactivate):
             stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: f"{stamp} to {action.target}"}},
                 "spec": {"active": False}})
-            self._event_on_workload(action.namespace, action.name, "MovingToPlanA", action.why)
-            log.info("move to plan A, step 1 (deactivate): %s", action.why)
+            self._event_on_workload(action.namespace, action.name, self._reason("MovingToPlanA", "MovingUp"),
+                                    action.why)
+            log.info("move to %s, step 1 (deactivate): %s", config.label(self._rung(action.rung)), action.why)
         elif isinstance(action, d.Reactivate):
             if action.after_eviction:  # the end of an eviction: queued for plan B
                 self._patch_workload(snap, action.namespace, action.name, {
                     "metadata": {"annotations": {d.EVICTING_ANNOTATION: None}}, "spec": {"active": True}})
-                log.info("evicted from plan A, requeued (reactivate): %s", action.why)
+                log.info("evicted, requeued (reactivate): %s", action.why)
                 return
             workload = next(w for w in snap.workloads if (w.namespace, w.name) == (action.namespace, action.name))
             moving = workload.annotations[d.MOVING_ANNOTATION]
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: None, d.MOVED_ANNOTATION: moving or "yes"}},
                 "spec": {"active": True}})
-            self._event_on_workload(action.namespace, action.name, "MovedToPlanA", action.why)
-            self.metrics.add("tpu_fallback_moves_to_plan_a_total")
-            log.info("move to plan A, step 2 (reactivate): %s", action.why)
+            self._event_on_workload(action.namespace, action.name, self._reason("MovedToPlanA", "MovedUp"), action.why)
+            self._count("tpu_fallback_moves_to_plan_a_total", "tpu_fallback_moves_up_total", action.rung)
+            log.info("move up, step 2 (reactivate): %s", action.why)
 
     def _patch_workload(self, snap: d.Snapshot, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch that holds only on the Workload as read (its resourceVersion): a Workload that changed

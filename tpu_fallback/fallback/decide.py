@@ -22,6 +22,13 @@ pkg/scheduler/flavorassigner starts at index 0 for a requeued workload). What Ku
   has the quota free, and that flavor's pool has a Ready node (capacity we can see). The move deactivates the
   Workload and activates it again, so Kueue re-admits it from the first flavor; at most once per Workload.
 
+**A capacity ladder** (`Config.rungs`: reservation, on-demand, spot, flex-start, ... most preferred first) is the
+same on N rungs: plan A and plan B are its two-rung case. Every rung that is not queued is closed, evicted from and
+reopened on its own evidence (a stock-out on on-demand closes on-demand only, never the reservation or spot); a
+queued rung is never closed. A job waiting on rung k (DWS not provisioned on a queued rung; pods unschedulable,
+waiting for a scale-up, on another) moves to the most preferred open rung above k with free quota and a Ready node,
+and once moved only ever further up.
+
 All state lives in cluster objects (the taints' values, the Workloads' annotations), so a restarted controller
 carries on where it stopped.
 """
@@ -41,6 +48,20 @@ MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
 
 @dataclass(frozen=True)
+class Rung:
+    """One rung of a capacity ladder: its Kueue flavors, and whether it is queued (DWS flex-start: never closed,
+    since a queued ProvisioningRequest waits for capacity instead of failing)."""
+
+    name: str
+    flavors: tuple[str, ...]
+    queued: bool = False
+
+
+# The two rungs that planAFlavors/planBFlavors stand for.
+PLAN_A_RUNG, PLAN_B_RUNG = "onDemand", "flexStart"
+
+
+@dataclass(frozen=True)
 class Config:
     plan_a_flavors: tuple[str, ...]
     plan_b_flavors: tuple[str, ...]
@@ -48,6 +69,31 @@ class Config:
     cool_down: float  # seconds
     taint_key: str = "tpu-fallback.dev/plan-a-stockout"
     reverse_move: bool = True
+    # A capacity ladder, most preferred first; empty: the two rungs plan A (not queued) and plan B (queued).
+    rungs: tuple[Rung, ...] = ()
+
+    @property
+    def ladder(self) -> tuple[Rung, ...]:
+        return self.rungs or (Rung(PLAN_A_RUNG, self.plan_a_flavors), Rung(PLAN_B_RUNG, self.plan_b_flavors, True))
+
+    @property
+    def two_plans(self) -> bool:
+        """Today's two plans (no "rungs"): the messages, Event reasons and metrics speak of plan A and plan B."""
+        return not self.rungs
+
+    @property
+    def closable_flavors(self) -> tuple[str, ...]:
+        """Every flavor the controller may taint: those of the rungs that are not queued."""
+        return tuple(f for r in self.ladder if not r.queued for f in r.flavors)
+
+    def rung_of(self, flavor: str | None) -> Rung | None:
+        return next((r for r in self.ladder if flavor in r.flavors), None)
+
+    def label(self, rung: Rung) -> str:
+        """How a message names a rung."""
+        if self.two_plans:
+            return "plan B" if rung.queued else "plan A"
+        return f"the {rung.name} rung"
 
 
 @dataclass(frozen=True)
@@ -100,6 +146,7 @@ class Snapshot:
 
 
 # --- actions ----------------------------------------------------------------------------------------------------
+# The class names are those of the two plans (ClosePlanA: close plan A); on a ladder they close or reopen `rung`.
 
 
 @dataclass(frozen=True)
@@ -108,87 +155,109 @@ class ClosePlanA:
     since: float
     cause: str | None  # the Workload ("ns/name") whose pods did not start; None when completing a partial close
     why: str
+    rung: str = PLAN_A_RUNG
 
 
 @dataclass(frozen=True)
 class ReopenPlanA:
     flavors: tuple[str, ...]
     why: str
+    rung: str = PLAN_A_RUNG
 
 
 @dataclass(frozen=True)
 class Deactivate:
-    """First half of a move back to plan A: Kueue releases the plan B reservation (and its ProvisioningRequest)."""
+    """First half of a move up the ladder (plan B to plan A): Kueue releases the reservation (and its
+    ProvisioningRequest)."""
 
     namespace: str
     name: str
-    target: str  # the plan A flavor with room for it
+    target: str  # the flavor with room for it, on a rung above its own
     why: str
+    rung: str = PLAN_A_RUNG  # the target's rung
 
 
 @dataclass(frozen=True)
 class Reactivate:
-    """Second half of a move (Kueue admits it to plan A) or of an eviction (`after_eviction`: to plan B): the
-    Workload is queued again, with its place (creation time) kept."""
+    """Second half of a move (Kueue admits it to the rung above) or of an eviction (`after_eviction`: down the
+    ladder): the Workload is queued again, with its place (creation time) kept."""
 
     namespace: str
     name: str
     why: str
     after_eviction: bool
+    rung: str = PLAN_A_RUNG  # a move's target rung
 
 
 @dataclass(frozen=True)
 class Evict:
-    """The job stuck on a stocked-out plan A: deactivated so Kueue releases it, then reactivated (Reactivate)."""
+    """A job stuck on a stocked-out rung: deactivated so Kueue releases it, then reactivated (Reactivate)."""
 
     namespace: str
     name: str
     why: str
+    rung: str = PLAN_A_RUNG  # the rung it leaves
 
 
 Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate
 
 
 def decide(config: Config, snap: Snapshot) -> list[Action]:
-    """What to do, the taint first: a failing Workload patch must not hold up closing or reopening plan A."""
-    actions = _decide_plan_a(config, snap)
-    return actions + _finish_moves(snap)
+    """What to do, the taints first (every rung's close or reopen): a failing Workload patch must not hold them
+    up. Then the evictions from closed rungs, the moves up the ladder, and the second halves of both."""
+    taints: list[Action] = []
+    evictions: list[Action] = []
+    closed: set[str] = set()  # rungs closed after this pass, or reopened by it (Kueue sees the taint go first)
+    for rung in config.ladder:
+        if rung.queued:
+            continue
+        actions, is_closed = _decide_rung(config, snap, rung)
+        taints += [a for a in actions if not isinstance(a, Evict)]
+        evictions += [a for a in actions if isinstance(a, Evict)]
+        if is_closed:
+            closed.add(rung.name)
+    moves: list[Action] = []
+    if config.reverse_move:
+        leaving = {(a.namespace, a.name) for a in evictions if isinstance(a, Evict)}
+        moves = _moves_up(config, snap, closed, leaving)
+    return taints + evictions + moves + _finish_moves(config, snap)
 
 
-def _decide_plan_a(config: Config, snap: Snapshot) -> list[Action]:
+def _decide_rung(config: Config, snap: Snapshot, rung: Rung) -> tuple[list[Action], bool]:
+    """Close or reopen one rung that is not queued, on its own evidence, and evict the jobs stuck on it while it is
+    closed. Also whether it is closed before or after these actions (no move goes to it this pass)."""
     actions: list[Action] = []
-    plan_a = [snap.flavors[n] for n in config.plan_a_flavors if n in snap.flavors]
-    closed = [f for f in plan_a if f.closed_since is not None]
+    flavors = [snap.flavors[n] for n in rung.flavors if n in snap.flavors]
+    label = config.label(rung)
+    closed = [f for f in flavors if f.closed_since is not None]
     if closed:
         since = min(f.closed_since for f in closed if f.closed_since is not None)
-        reopen = _reopen_reason(config, snap, plan_a, since)
+        reopen = _reopen_reason(config, snap, rung, flavors, since)
         if reopen:
-            actions.append(ReopenPlanA(tuple(f.name for f in closed), reopen))
-        elif len(closed) < len(plan_a):  # a close cut short (a restart), or a flavor added since
-            actions.append(ClosePlanA(tuple(f.name for f in plan_a if f.closed_since is None), since, None,
-                                      "completing the close of plan A"))
-        if not reopen:
-            actions += _evictions(config, snap)
-        return actions
-    stuck = _stuck_on_plan_a(config, snap)
-    if stuck is not None and plan_a:
-        waited = snap.now - (stuck.admitted_since or snap.now)
-        if stuck.stockout_event is not None:
-            evidence = (f"GKE's autoscaler reported no capacity for its unschedulable pods "
-                        f"{max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
-        else:
-            evidence = (f"its pods are still unschedulable after stockoutAfter ({config.stockout_after:.0f}s) "
-                        "without a scale-up")
-        why = (f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and {evidence}: plan A has no "
-               f"capacity; new and requeued jobs go to plan B for up to {config.cool_down:.0f}s")
-        actions.append(ClosePlanA(tuple(f.name for f in plan_a), snap.now, stuck.key, why))
-        return actions + _evictions(config, snap)
-    if config.reverse_move:
-        actions += _moves_back(config, snap, plan_a)
-    return actions
+            actions.append(ReopenPlanA(tuple(f.name for f in closed), reopen, rung.name))
+            return actions, True
+        if len(closed) < len(flavors):  # a close cut short (a restart), or a flavor added since
+            actions.append(ClosePlanA(tuple(f.name for f in flavors if f.closed_since is None), since, None,
+                                      f"completing the close of {label}", rung.name))
+        return actions + _evictions(config, snap, rung), True
+    stuck = next(iter(_all_stuck_on(config, snap, rung)), None)
+    if stuck is None or not flavors:
+        return actions, False
+    waited = snap.now - (stuck.admitted_since or snap.now)
+    if stuck.stockout_event is not None:
+        evidence = (f"GKE's autoscaler reported no capacity for its unschedulable pods "
+                    f"{max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
+    else:
+        evidence = (f"its pods are still unschedulable after stockoutAfter ({config.stockout_after:.0f}s) "
+                    "without a scale-up")
+    below = "plan B" if config.two_plans else "the rungs below it"
+    why = (f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and {evidence}: {label} has no "
+           f"capacity; new and requeued jobs go to {below} for up to {config.cool_down:.0f}s")
+    actions.append(ClosePlanA(tuple(f.name for f in flavors), snap.now, stuck.key, why, rung.name))
+    return actions + _evictions(config, snap, rung), True
 
 
-def _finish_moves(snap: Snapshot) -> list[Action]:
+def _finish_moves(config: Config, snap: Snapshot) -> list[Action]:
     """Reactivate the Workloads deactivated for a move or an eviction once Kueue has released their reservation
     (also after a restart of the controller between the two halves)."""
     out: list[Action] = []
@@ -196,37 +265,49 @@ def _finish_moves(snap: Snapshot) -> list[Action]:
         if w.active or w.quota_reserved or w.finished:
             continue
         if MOVING_ANNOTATION in w.annotations:
-            out.append(Reactivate(w.namespace, w.name, f"{w.key}: plan B reservation released; queued again for plan A",
-                                  after_eviction=False))
+            target = config.rung_of(_move_target(w.annotations[MOVING_ANNOTATION]))
+            if config.two_plans or target is None:
+                why = f"{w.key}: plan B reservation released; queued again for plan A"
+            else:
+                why = f"{w.key}: reservation released; queued again for {config.label(target)}"
+            out.append(Reactivate(w.namespace, w.name, why, after_eviction=False,
+                                  rung=target.name if target else PLAN_A_RUNG))
         elif EVICTING_ANNOTATION in w.annotations:
-            out.append(Reactivate(w.namespace, w.name, f"{w.key}: released from plan A; queued again for plan B",
-                                  after_eviction=True))
+            why = (f"{w.key}: released from plan A; queued again for plan B" if config.two_plans
+                   else f"{w.key}: released from a closed rung; queued again down the ladder")
+            out.append(Reactivate(w.namespace, w.name, why, after_eviction=True, rung=""))
     return out
 
 
-def _waiting_on_plan_a(config: Config, snap: Snapshot) -> list[Workload]:
-    """Workloads on plan A whose pods cannot be placed: once plan A is known to be stocked out, they wait in vain."""
+def _move_target(annotation: str) -> str | None:
+    """The flavor in a move's annotation ("<time> to <flavor>")."""
+    _, sep, flavor = annotation.partition(" to ")
+    return flavor.strip() if sep else None
+
+
+def _waiting_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
+    """Workloads on a rung whose pods cannot be placed: once it is known to be stocked out, they wait in vain."""
     return [w for w in snap.workloads
-            if w.tpu_flavor in config.plan_a_flavors and w.quota_reserved and w.active and not w.pods_started
+            if w.tpu_flavor in rung.flavors and w.quota_reserved and w.active and not w.pods_started
             and w.pods_unschedulable and not w.finished]
 
 
-def _all_stuck_on_plan_a(config: Config, snap: Snapshot) -> list[Workload]:
-    """The evidence of a stock-out: admitted plan A jobs with unschedulable pods and GKE's no-capacity Event on
-    them, or still unschedulable after `stockout_after`. Scheduled pods (pulling, crash looping) never count."""
-    return sorted((w for w in _waiting_on_plan_a(config, snap) if w.admitted_since is not None
+def _all_stuck_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
+    """The evidence of a stock-out on a rung: admitted jobs there with unschedulable pods and GKE's no-capacity
+    Event on them, or still unschedulable after `stockout_after`. Scheduled pods (pulling, crash looping) never
+    count."""
+    return sorted((w for w in _waiting_on(config, snap, rung) if w.admitted_since is not None
                    and (w.stockout_event is not None or snap.now - w.admitted_since >= config.stockout_after)),
                   key=lambda w: (w.admitted_since or 0, w.key))
 
 
-def _stuck_on_plan_a(config: Config, snap: Snapshot) -> Workload | None:
-    return next(iter(_all_stuck_on_plan_a(config, snap)), None)
-
-
-def _evictions(config: Config, snap: Snapshot) -> list[Action]:
-    """Evict every job stuck on a closed plan A (a MultiKueue copy is the manager's to move, not ours)."""
-    return [Evict(w.namespace, w.name, f"{w.key} leaves plan A, which has no capacity: requeued for plan B")
-            for w in _all_stuck_on_plan_a(config, snap)
+def _evictions(config: Config, snap: Snapshot, rung: Rung) -> list[Action]:
+    """Evict every job stuck on a closed rung (a MultiKueue copy is the manager's to move, not ours)."""
+    label = config.label(rung)
+    then = "plan B" if config.two_plans else "the next open rung"
+    return [Evict(w.namespace, w.name, f"{w.key} leaves {label}, which has no capacity: requeued for {then}",
+                  rung.name)
+            for w in _all_stuck_on(config, snap, rung)
             if not w.multikueue_copy and EVICTING_ANNOTATION not in w.annotations]
 
 
@@ -242,41 +323,75 @@ def cool_down_over(config: Config, closed_since: float | None, now: float) -> bo
     return closed_since is not None and now - closed_since >= config.cool_down
 
 
-def cool_down_reason(config: Config) -> str:
-    return f"the cool-down of {config.cool_down:.0f}s since plan A closed has passed; plan A is offered again"
+def cool_down_reason(config: Config, rung: Rung | None = None) -> str:
+    label = config.label(rung or config.ladder[0])
+    return f"the cool-down of {config.cool_down:.0f}s since {label} closed has passed; {label} is offered again"
 
 
-def _reopen_reason(config: Config, snap: Snapshot, plan_a: list[Flavor], since: float) -> str | None:
+def _reopen_reason(config: Config, snap: Snapshot, rung: Rung, flavors: list[Flavor], since: float) -> str | None:
     if cool_down_over(config, since, snap.now):
-        return cool_down_reason(config)
-    for flavor in plan_a:
+        return cool_down_reason(config, rung)
+    for flavor in flavors:
         fresh = [n for n in _pool_nodes(flavor, snap.nodes) if n.ready and n.created > since]
         if fresh:
-            return f"a Ready node appeared in {flavor.name}'s pool after plan A closed: capacity is back"
+            return (f"a Ready node appeared in {flavor.name}'s pool after {config.label(rung)} closed: capacity is "
+                    "back")
     return None
 
 
-def _moves_back(config: Config, snap: Snapshot, plan_a: list[Flavor]) -> list[Action]:
+def _waiting_to_move(config: Config, snap: Snapshot, rung: Rung, leaving: set[tuple[str, str]]) -> list[Workload]:
+    """Workloads holding quota on a rung whose capacity has not arrived: on a queued rung, DWS has not provisioned
+    (not Admitted, no ProvisioningRequest Provisioned); on another, its pods never started and are unschedulable
+    (waiting for a scale-up)."""
+    if rung.queued:
+        waiting = [w for w in snap.workloads if w.tpu_flavor in rung.flavors and w.admitted_since is None
+                   and not w.capacity_arrived]
+    else:
+        waiting = [w for w in snap.workloads if w.tpu_flavor in rung.flavors and not w.pods_started
+                   and w.pods_unschedulable]
+    return [w for w in waiting
+            if w.quota_reserved and w.active and not w.finished and not w.multikueue_copy
+            and w.cluster_queue is not None and MOVING_ANNOTATION not in w.annotations
+            and (w.namespace, w.name) not in leaving]
+
+
+def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tuple[str, str]]) -> list[Action]:
+    """A Workload waiting on rung k moves to the most preferred open rung above it (not queued) with a flavor whose
+    quota is free in its ClusterQueue and whose pool has a Ready node (capacity we can see). A Workload moved
+    before moves again only to a rung above the one it was moved to (on two plans: at most once)."""
     free = {cq: {f: dict(r) for f, r in flavors.items()} for cq, flavors in snap.free.items()}
-    with_nodes = {f.name for f in plan_a if any(n.ready for n in _pool_nodes(f, snap.nodes))}
-    waiting = sorted((w for w in snap.workloads
-                      if w.tpu_flavor in config.plan_b_flavors and w.quota_reserved and w.active
-                      and w.admitted_since is None and not w.capacity_arrived and not w.finished
-                      and not w.multikueue_copy and w.cluster_queue is not None
-                      and MOVED_ANNOTATION not in w.annotations and MOVING_ANNOTATION not in w.annotations),
-                     key=lambda w: (w.created, w.key))
+    ladder = config.ladder
+    with_nodes = {f.name for f in snap.flavors.values() if any(n.ready for n in _pool_nodes(f, snap.nodes))}
+    targets: list[list[Flavor]] = [  # per rung index: the flavors a job may move to
+        [] if r.queued or r.name in closed else [snap.flavors[n] for n in r.flavors
+                                                 if n in snap.flavors and n in with_nodes
+                                                 and snap.flavors[n].closed_since is None]
+        for r in ladder]
+    waiting: list[tuple[int, Workload]] = []
+    for k, rung in enumerate(ladder):
+        waiting += [(k, w) for w in _waiting_to_move(config, snap, rung, leaving)]
     actions: list[Action] = []
-    for w in waiting:
+    for k, w in sorted(waiting, key=lambda kw: (kw[1].created, kw[1].key)):
+        above = k
+        if MOVED_ANNOTATION in w.annotations:  # only higher than the rung it was last moved to
+            moved_to = config.rung_of(_move_target(w.annotations[MOVED_ANNOTATION]))
+            above = min(k, ladder.index(moved_to) if moved_to is not None else 0)
         room = free.get(w.cluster_queue or "", {})
-        target = next((f.name for f in plan_a if f.name in with_nodes and _fits(w.usage, room.get(f.name, {}))),
-                      None)
+        target = next(((i, f.name) for i in range(above) for f in targets[i]
+                       if _fits(w.usage, room.get(f.name, {}))), None)
         if target is None:
             continue
+        i, flavor = target
         for resource, amount in w.usage.items():
-            room[target][resource] -= amount
-        actions.append(Deactivate(w.namespace, w.name, target,
-                                  f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {target} has the quota "
-                                  "free and Ready nodes: moving it to plan A"))
+            room[flavor][resource] -= amount
+        if config.two_plans:
+            why = (f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {flavor} has the quota free and Ready "
+                   "nodes: moving it to plan A")
+        else:
+            wait = "DWS capacity" if ladder[k].queued else "a scale-up"
+            why = (f"{w.key} waits on {w.tpu_flavor} ({ladder[k].name}) for {wait} while {flavor} has the quota "
+                   f"free and Ready nodes: moving it up to {config.label(ladder[i])}")
+        actions.append(Deactivate(w.namespace, w.name, flavor, why, ladder[i].name))
     return actions
 
 

@@ -1,0 +1,310 @@
+"""The fallback controller on a capacity ladder (decide.Config.rungs): each rung closed and reopened on its own
+evidence, jobs moving up the ladder, the "rungs" config, the per-rung metrics. Without a cluster; on the simulated
+GKE with the real Kueue: tests/e2e/test_ladder_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_fallback import (
+    ADMIN_TAINT,
+    FLAVORS,
+    POOL,
+    SLICE,
+    T0,
+    FakeKube,
+    event,
+    owned,
+    parse_now,
+    pod,
+    ray_cluster,
+    taints,
+)
+from tpu_fallback.fallback import decide as d
+from tpu_fallback.fallback.controller import Controller, Metrics, Settings, merge_selectors, parse_rungs
+
+LADDER = (d.Rung("reservation", ("reservation",)), d.Rung("onDemand", ("on-demand",)), d.Rung("spot", ("spot",)),
+          d.Rung("flexStart", ("dws",), queued=True))
+CONFIG = d.Config(plan_a_flavors=("reservation", "on-demand", "spot"), plan_b_flavors=("dws",), stockout_after=600,
+                  cool_down=1800, rungs=LADDER)
+POOLS = {"reservation": "reservation-pool", "on-demand": "on-demand-pool", "spot": "spot-pool", "dws": "dws-pool"}
+FULL: dict[str, Decimal] = {}  # no room left on a flavor
+
+
+def flavors(closed: dict[str, float] | None = None) -> dict[str, d.Flavor]:
+    return {name: d.Flavor(name, {POOL: p}, (closed or {}).get(name)) for name, p in POOLS.items()}
+
+
+def workload(name: str, flavor: str | None, **kw: Any) -> d.Workload:
+    defaults: dict[str, Any] = {"namespace": "default", "name": name, "created": T0, "cluster_queue": "cq",
+                                "tpu_flavor": flavor, "usage": dict(SLICE), "quota_reserved": flavor is not None}
+    return d.Workload(**{**defaults, **kw})
+
+
+def node(pool: str, created: float = T0, ready: bool = True) -> d.Node:
+    return d.Node({POOL: pool}, created, ready)
+
+
+def snap(now: float, workloads: list[d.Workload], closed: dict[str, float] | None = None,
+         nodes: list[d.Node] | None = None, free: dict[str, dict[str, Decimal]] | None = None) -> d.Snapshot:
+    room = {name: dict(SLICE) for name in POOLS}
+    room.update(free or {})
+    return d.Snapshot(now=now, flavors=flavors(closed), workloads=tuple(workloads), nodes=tuple(nodes or ()),
+                      free={"cq": room})
+
+
+def stuck(name: str, flavor: str) -> d.Workload:
+    """A job admitted to `flavor` whose pods are unschedulable, with GKE's no-capacity Event on them."""
+    return workload(name, flavor, admitted_since=T0, pods_unschedulable=True, stockout_event=T0 + 30)
+
+
+def of(kind: type, actions: list[d.Action]) -> list[Any]:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+# --- each rung on its own evidence ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavor, rung", [("reservation", "reservation"), ("on-demand", "onDemand"),
+                                          ("spot", "spot")])
+def test_a_stock_out_on_one_rung_closes_that_rung_only_and_evicts_only_its_job(flavor: str, rung: str) -> None:
+    others = [workload(f"on-{f}", f, admitted_since=T0, pods_started=True) for f in POOLS if f != flavor]
+    actions = d.decide(CONFIG, snap(T0 + 31, [stuck("job-1", flavor), *others]))
+    (close,) = of(d.ClosePlanA, actions)
+    assert close.flavors == (flavor,) and close.rung == rung and close.cause == "default/job-1"
+    assert f"the {rung} rung has no capacity" in close.why
+    (evict,) = of(d.Evict, actions)
+    assert evict.name == "job-1" and evict.rung == rung
+    assert actions.index(close) < actions.index(evict)  # the taint first
+
+
+def test_stock_outs_on_two_rungs_close_both_and_a_queued_rung_is_never_closed() -> None:
+    jobs = [stuck("a", "on-demand"), stuck("b", "spot"), stuck("c", "dws")]
+    closes = of(d.ClosePlanA, d.decide(CONFIG, snap(T0 + 31, jobs)))
+    assert sorted((c.rung, c.flavors) for c in closes) == [("onDemand", ("on-demand",)), ("spot", ("spot",))]
+
+
+def test_the_backstop_closes_a_rung_whose_pods_stay_unschedulable_without_an_event() -> None:
+    quiet = workload("job-1", "spot", admitted_since=T0, pods_unschedulable=True)
+    assert of(d.ClosePlanA, d.decide(CONFIG, snap(T0 + 599, [quiet]))) == []
+    (close,) = of(d.ClosePlanA, d.decide(CONFIG, snap(T0 + 600, [quiet])))
+    assert close.rung == "spot" and "stockoutAfter (600s)" in close.why
+
+
+def test_each_closed_rung_reopens_on_its_own_clock_and_its_own_nodes() -> None:
+    closed = {"on-demand": T0, "spot": T0 + 1000}
+    (reopen,) = d.decide(CONFIG, snap(T0 + 1800, [], closed))
+    assert isinstance(reopen, d.ReopenPlanA) and reopen.flavors == ("on-demand",) and reopen.rung == "onDemand"
+    (reopen,) = of(d.ReopenPlanA, d.decide(CONFIG, snap(T0 + 1100, [], closed, [node("spot-pool", created=T0 + 1050)])))
+    assert reopen.flavors == ("spot",) and "spot-pool" not in reopen.why and "spot's pool" in reopen.why
+    # A new node on another rung's pool reopens nothing.
+    assert d.decide(CONFIG, snap(T0 + 1100, [], closed, [node("reservation-pool", created=T0 + 1050)])) == []
+
+
+def test_a_job_stuck_on_a_closed_rung_is_evicted_a_job_on_an_open_rung_is_left_alone() -> None:
+    jobs = [stuck("late", "on-demand"), workload("fine", "spot", admitted_since=T0, pods_unschedulable=True)]
+    actions = d.decide(CONFIG, snap(T0 + 40, jobs, {"on-demand": T0 + 35}))
+    assert [(type(a).__name__, getattr(a, "name", None)) for a in actions] == [("Evict", "late")]
+
+
+# --- moving up the ladder -------------------------------------------------------------------------------------------
+
+
+def waiting_on_dws(name: str = "job-2", **kw: Any) -> d.Workload:
+    return workload(name, "dws", **kw)
+
+
+def test_a_job_waiting_on_flex_start_moves_to_the_highest_open_rung_with_room_and_ready_nodes() -> None:
+    nodes = [node("reservation-pool"), node("on-demand-pool"), node("spot-pool")]
+    (move,) = d.decide(CONFIG, snap(T0, [waiting_on_dws()], nodes=nodes))
+    assert isinstance(move, d.Deactivate) and (move.target, move.rung) == ("reservation", "reservation")
+    # The reservation full: the next rung down that has room.
+    (move,) = of(d.Deactivate, d.decide(CONFIG, snap(T0, [waiting_on_dws()], nodes=nodes, free={"reservation": FULL})))
+    assert (move.target, move.rung) == ("on-demand", "onDemand")
+    # The reservation closed, on-demand without a Ready node: spot.
+    (move,) = of(d.Deactivate, d.decide(CONFIG, snap(
+        T0 + 1, [waiting_on_dws()], {"reservation": T0},
+        [node("reservation-pool"), node("on-demand-pool", ready=False), node("spot-pool")])))
+    assert (move.target, move.rung) == ("spot", "spot")
+
+
+def test_no_move_to_a_rung_that_reopens_in_the_same_pass() -> None:
+    """Kueue has to see the taint go before it can admit there: the move waits for the next pass."""
+    actions = d.decide(CONFIG, snap(T0 + 1800, [waiting_on_dws()], {"reservation": T0},
+                                    [node("reservation-pool")], free={"on-demand": FULL, "spot": FULL}))
+    assert [type(a).__name__ for a in actions] == ["ReopenPlanA"]
+
+
+def test_a_job_waiting_for_a_scale_up_on_a_lower_rung_moves_up_a_running_one_does_not() -> None:
+    waiting = workload("scaling", "spot", admitted_since=T0, pods_unschedulable=True)
+    running = workload("running", "spot", admitted_since=T0, pods_started=True)
+    scheduled = workload("scheduled", "spot", admitted_since=T0)  # pods bound, pulling: capacity has arrived
+    actions = d.decide(CONFIG, snap(T0 + 10, [waiting, running, scheduled], nodes=[node("on-demand-pool")],
+                                    free={"reservation": FULL}))
+    assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("scaling", "on-demand")]
+
+
+def test_the_oldest_waiting_job_moves_first_and_the_room_is_counted_down() -> None:
+    older, newer = waiting_on_dws("old", created=T0), waiting_on_dws("new", created=T0 + 1)
+    actions = d.decide(CONFIG, snap(T0 + 5, [newer, older], nodes=[node("reservation-pool")],
+                                    free={"on-demand": FULL, "spot": FULL}))
+    assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("old", "reservation")]
+
+
+def test_a_moved_job_moves_again_only_further_up() -> None:
+    moved_to_spot = workload("m", "spot", admitted_since=T0, pods_unschedulable=True,
+                             annotations={d.MOVED_ANNOTATION: "2026-12-01T10:00:00Z to spot"})
+    nodes = [node("reservation-pool"), node("on-demand-pool")]
+    (move,) = of(d.Deactivate, d.decide(CONFIG, snap(T0 + 10, [moved_to_spot], nodes=nodes,
+                                                     free={"reservation": FULL})))
+    assert move.target == "on-demand"
+    moved_to_reservation = waiting_on_dws(annotations={d.MOVED_ANNOTATION: "2026-12-01T10:00:00Z to reservation"})
+    assert of(d.Deactivate, d.decide(CONFIG, snap(T0 + 10, [moved_to_reservation], nodes=nodes))) == []
+
+
+def test_a_job_evicted_from_a_closed_rung_is_not_also_moved() -> None:
+    actions = d.decide(CONFIG, snap(T0 + 40, [stuck("job-1", "spot")], nodes=[node("reservation-pool")]))
+    assert [type(a).__name__ for a in actions] == ["ClosePlanA", "Evict"]
+
+
+def test_the_second_half_of_a_move_names_its_target_rung() -> None:
+    released = waiting_on_dws(active=False, quota_reserved=False, tpu_flavor=None,
+                              annotations={d.MOVING_ANNOTATION: "2026-12-01T10:00:00Z to on-demand"})
+    (action,) = d.decide(CONFIG, snap(T0, [released]))
+    assert isinstance(action, d.Reactivate) and action.rung == "onDemand" and "the onDemand rung" in action.why
+    assert not action.after_eviction
+
+
+# --- the "rungs" config -------------------------------------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, **keys: Any) -> Path:
+    raw = {"stockoutAfterSeconds": 600, "coolDownSeconds": 1800, "pollSeconds": 5, "taintKey": "t",
+           "metricsPort": 0, "reverseMove": True, **keys}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+RUNGS_JSON = [
+    {"name": "reservation", "flavors": ["reservation"], "queued": False,
+     "nodeSelector": f"{POOL} in (reservation-pool)"},
+    {"name": "onDemand", "flavors": ["on-demand", "on-demand-2"], "queued": False,
+     "nodeSelector": f"{POOL} in (on-demand-pool,on-demand-pool-2)"},
+    {"name": "spot", "flavors": ["spot"], "queued": False, "nodeSelector": f"{POOL}=spot-pool"},
+    {"name": "flexStart", "flavors": ["dws"], "queued": True},
+]
+
+
+def test_rungs_are_read_in_order_with_one_node_selector_for_every_closable_rungs_pools(tmp_path: Path) -> None:
+    settings = Settings.from_file(write_config(tmp_path, rungs=RUNGS_JSON))
+    config = settings.decide
+    assert [(r.name, list(r.flavors), r.queued) for r in config.ladder] == [
+        (r["name"], r["flavors"], r["queued"]) for r in RUNGS_JSON]
+    assert not config.two_plans and "dws" not in config.closable_flavors
+    assert set(config.closable_flavors) == {"reservation", "on-demand", "on-demand-2", "spot"}
+    assert settings.node_selector == f"{POOL} in (on-demand-pool,on-demand-pool-2,reservation-pool,spot-pool)"
+    # A rung without a selector: every node is read.
+    no_selector = [dict(r) for r in RUNGS_JSON]
+    del no_selector[2]["nodeSelector"]
+    assert Settings.from_file(write_config(tmp_path, rungs=no_selector)).node_selector is None
+
+
+def test_without_rungs_plan_a_and_plan_b_are_the_two_rungs(tmp_path: Path) -> None:
+    settings = Settings.from_file(write_config(tmp_path, planAFlavors=["on-demand"], planBFlavors=["dws"],
+                                               planANodeSelector=f"{POOL} in (on-demand-pool)"))
+    assert settings.decide.two_plans and settings.decide.rungs == ()
+    assert [(r.flavors, r.queued) for r in settings.decide.ladder] == [(("on-demand",), False), (("dws",), True)]
+    assert settings.node_selector == f"{POOL} in (on-demand-pool)"
+
+
+@pytest.mark.parametrize("rungs, message", [
+    ([], "expected a non-empty list"),
+    ([{"name": "a", "flavors": ["x"], "preemptible": True}], r"unknown keys \['preemptible'\]"),
+    ([{"name": "a", "flavors": []}], r"rungs\[0\].flavors \[\] is invalid"),
+    ([{"name": "a", "flavors": ["x"]}, {"name": "a", "flavors": ["y"]}], "another rung has that name"),
+    ([{"name": "a", "flavors": ["x"]}, {"name": "b", "flavors": ["x"]}], r"\['x'\] is on another rung"),
+    ([{"name": "a", "flavors": ["x"], "queued": "yes"}], r"rungs\[0\].queued 'yes' is invalid"),
+])
+def test_bad_rungs_are_refused_with_what_is_wrong(rungs: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_rungs(rungs)
+
+
+@pytest.mark.parametrize("selectors, merged", [
+    (["k in (a)", "k=b", "k == c"], "k in (a,b,c)"),
+    (["k in (a)", "other in (b)"], None),
+    (["k notin (a)"], None),
+    ([], None),
+])
+def test_node_selectors_merge_only_on_one_key(selectors: list[str], merged: str | None) -> None:
+    assert merge_selectors(selectors) == merged
+
+
+# --- acting on a ladder against a fake API ---------------------------------------------------------------------------
+
+
+def ladder_cluster() -> FakeKube:
+    flavor_objects = {name: {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                             "metadata": {"name": name, "resourceVersion": "7"},
+                             "spec": {"nodeLabels": {POOL: pool}, "nodeTaints": [dict(ADMIN_TAINT)]}}
+                      for name, pool in POOLS.items()}
+    job = owned("job-1")  # admitted to "on-demand" (tests/test_fallback.py kueue_workload)
+    job["metadata"]["resourceVersion"] = "42"
+    objects: dict[str, Any] = {f"{FLAVORS}/{n}": o for n, o in flavor_objects.items()}
+    objects.update({
+        FLAVORS: list(flavor_objects.values()),
+        "/apis/kueue.x-k8s.io/v1beta2/workloads": [job],
+        "/api/v1/pods": [pod("job-1-worker-a", "job-1")],
+        "/apis/ray.io/v1/rayclusters": [ray_cluster("job-1")],
+        "/api/v1/events": [event("job-1-worker-a", "FailedScaleUp", "Node scale up in zones z associated with "
+                                 "this pod failed: GCE out of resources. Pod is at risk of not being scheduled.")],
+    })
+    return FakeKube(objects)
+
+
+def test_a_stock_out_on_on_demand_taints_its_flavor_only_with_rung_events_and_metrics() -> None:
+    kube = ladder_cluster()
+    metrics = Metrics()
+    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    actions = controller.reconcile(now=parse_now("2026-12-01T10:00:40Z"))
+    assert [type(a).__name__ for a in actions] == ["ClosePlanA", "Evict"]
+    assert taints(kube, "on-demand")[0] == ADMIN_TAINT and taints(kube, "on-demand")[1]["key"] == CONFIG.taint_key
+    for other in ("reservation", "spot", "dws"):
+        assert taints(kube, other) == [ADMIN_TAINT]
+    reasons = {c[2]["reason"] for c in kube.calls if c[0] == "POST"}
+    assert reasons == {"RungStockOut", "EvictedFromRung"}
+    text = metrics.text()
+    assert 'tpu_fallback_rung_closed{rung="onDemand"} 1' in text
+    assert 'tpu_fallback_rung_closed{rung="spot"} 0' in text
+    assert 'tpu_fallback_rung_closes_total{rung="onDemand"} 1' in text
+    assert "tpu_fallback_plan_a" not in text and 'rung="flexStart"} 0' in text  # moves up to it: counted
+
+
+def test_the_sweep_reopens_each_rung_whose_cool_down_passed() -> None:
+    kube = ladder_cluster()
+    for name, at in (("on-demand", T0), ("spot", T0 + 1000)):
+        kube.objects[f"{FLAVORS}/{name}"]["spec"]["nodeTaints"].append(
+            {"key": CONFIG.taint_key, "value": str(int(at)), "effect": "NoSchedule"})
+    metrics = Metrics()
+    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    assert controller.sweep(now=T0 + 1800) == ["on-demand"]
+    assert taints(kube, "on-demand") == [ADMIN_TAINT] and taints(kube, "spot")[-1]["key"] == CONFIG.taint_key
+    assert metrics.values['tpu_fallback_rung_reopens_total{rung="onDemand"}'] == 1
+    assert metrics.values['tpu_fallback_rung_reopens_total{rung="spot"}'] == 0
+
+
+def test_two_plans_keep_todays_metric_names_and_no_rung_series() -> None:
+    from tests.test_fallback import CONFIG as TWO_PLANS
+
+    metrics = Metrics()
+    Controller(FakeKube({}), Settings(TWO_PLANS, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    text = metrics.text()
+    assert "tpu_fallback_plan_a_closed 0" in text and "tpu_fallback_moves_to_plan_a_total 0" in text
+    assert "rung" not in text
