@@ -1,5 +1,5 @@
 """The stack-outputs contract (tpu_fallback.model.outputs) is what both modes export, what the jobs program
-reads, and what the README's table lists."""
+reads, and what the table of docs/outputs.md lists."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def test_the_tpu_output_has_the_fields_the_jobs_program_checks() -> None:
     assert tuple(infra("dev").outputs["tpu"]) == outputs.TPU_FIELDS
 
 
-def test_readme_outputs_table_is_the_contract() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme.split("\n## Outputs\n", 1)[1].split("\n## ", 1)[0]
+def test_docs_outputs_table_is_the_contract() -> None:
+    page = (REPO_ROOT / "docs" / "outputs.md").read_text()
+    section = ("\n" + page).split("\n# Outputs\n", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
     assert table == outputs.markdown_table()
     assert re.findall(r"^\| `(\w+)`", table, re.M) == list(outputs.OUTPUT_NAMES)

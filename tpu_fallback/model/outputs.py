@@ -1,7 +1,7 @@
 """The infrastructure stack's outputs: the contract other stacks (the jobs project, other teams) read. Pure Python.
 
 Defined once here. The infra program exports an `InfraOutputs` in both modes, the jobs program reads
-the names marked `jobs_reads`, the tests check what is exported against it, and the README's
+the names marked `jobs_reads`, the tests check what is exported against it, and docs/outputs.md's
 outputs table must list exactly these names with these descriptions (a test compares them).
 """
 
@@ -17,7 +17,7 @@ from tpu_fallback.model.quantity import Resources, canonical_quantity
 @dataclass(frozen=True)
 class OutputSpec:
     name: str  # the stack output's name
-    example: str  # what the dev stack exports, as the README shows it
+    example: str  # what the dev stack exports, as docs/outputs.md shows it
     description: str
     secret: bool = False
     jobs_reads: bool = False  # the jobs program needs it
@@ -89,7 +89,7 @@ def system_quota_output(quota: Resources) -> dict[str, str]:
 
 
 def markdown_table() -> str:
-    """The README's outputs table."""
+    """The outputs table of docs/outputs.md."""
     rows = ["| output | example (dev) | meaning |", "|---|---|---|"]
     rows += [f"| `{spec.name}` | {spec.example} | {spec.description} |" for spec in OUTPUTS]
     return "\n".join(rows)
