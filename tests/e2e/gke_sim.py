@@ -26,7 +26,14 @@ process, from the node pools the offline plan renders for a stack (`gcp:containe
   `inject_condition` sets Failed, CapacityRevoked or BookingExpired by hand.
 - **Capacity**: `set_capacity(pool, False)` is a stock-out (scale-ups of that pool fail after the delay, with
   `FailedScaleUp` on the pods and the pool in back-off for `timings.backoff`; ProvisioningRequests stay queued),
-  `set_capacity(pool, True)` brings it back; `preempt(pool)` takes a pool's nodes away with their pods.
+  `set_capacity(pool, True)` brings it back (one pool or several, each its own switch; a reservation pool, one
+  with `reservationAffinity` SPECIFIC, has none: its VMs are held for it, within its size); `preempt(pool)` takes
+  a pool's nodes away with their pods.
+- **Spot preemption** (`preempt_spot(pool[, slices])`, Spot pools only: `nodeConfig.spot`, nodes labelled
+  `cloud.google.com/gke-spot=true`): as GKE and the kubelet's graceful node shutdown do it, the node gets the
+  kubelet's `Shutdown` Event and the not-ready taint, its pods turn Failed (reason `Terminated`, condition
+  `DisruptionTarget`) at once, and after the 30 s grace period the node is gone. Their controllers (KubeRay)
+  replace the pods; the autoscaler grows the pool again if it has capacity.
   `set_events(False[, pool])`: the autoscaler acts as before but its Events on pods are never written (a GKE whose
   autoscaler Events nobody sees); `suppressed_events` lists what it would have written.
 - **Slow or broken pods**: `with_workers_ready_after(rayjob, seconds)` annotates a RayJob's workers so that, bound
@@ -92,6 +99,20 @@ TPU_RESOURCE = "google.com/tpu"
 TPU_TAINT = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 QUEUED_LABEL = "cloud.google.com/gke-queued"
 QUEUED_TAINT = {"key": QUEUED_LABEL, "value": "true", "effect": "NoSchedule"}
+SPOT_LABEL = "cloud.google.com/gke-spot"
+# A Spot VM's preemption as GKE and the kubelet play it (GKE, "Spot VMs", termination and graceful shutdown:
+# https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms; "Preemptible VMs":
+# https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms): Compute Engine sends a preemption notice,
+# then ACPI G2 Soft Off; the kubelet's graceful node shutdown gives pods 30 s by default (15 s for ordinary pods, 15 s
+# for critical system pods) and marks each terminated pod phase Failed, reason Terminated; then the VM is gone. The
+# kubelet's words (kubernetes pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go): Event "Shutdown" on the Node,
+# "Shutdown manager detected shutdown event"; the pods' message "Pod was terminated in response to imminent node
+# shutdown." with condition DisruptionTarget (reason TerminationByKubelet); the node Ready False "node is shutting
+# down", on which kube-controller-manager's node lifecycle taints it node.kubernetes.io/not-ready. The sim writes
+# that taint itself: KWOK's node-initialize stage turns a node that is not Ready back to Ready at once.
+SHUTDOWN_GRACE = 30.0  # simulated seconds from the notice to the VM gone (shutdownGracePeriod)
+NODE_SHUTDOWN = ("Shutdown", "Shutdown manager detected shutdown event")
+POD_SHUTDOWN = ("Terminated", "Pod was terminated in response to imminent node shutdown.")
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"  # cluster-autoscaler's taint on nodes it is removing
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # on every new node until the node lifecycle controller sees Ready
 PODS_PER_NODE = 110  # GKE's default maximum pods per node
@@ -241,6 +262,8 @@ class NodePool:
     hosts_per_slice: int = 1  # nodes GKE adds or removes at once
     queued: bool = False
     flex_start: bool = False
+    spot: bool = False  # Spot VMs (nodeConfig.spot): preemptible, `preempt_spot`
+    reservation: str | None = None  # the specific reservation its VMs consume (nodeConfig.reservationAffinity)
 
     @property
     def autoscaled(self) -> bool:
@@ -274,6 +297,10 @@ class NodePool:
             labels[QUEUED_LABEL] = "true"
         if self.flex_start:
             labels["cloud.google.com/gke-flex-start"] = "true"
+        if self.spot:
+            # GKE labels Spot VM nodes (https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms: "GKE
+            # automatically adds the cloud.google.com/gke-spot=true label"); the taint is the pool's own config.
+            labels[SPOT_LABEL] = "true"
         labels.update(self.config_labels)
         return labels
 
@@ -326,10 +353,20 @@ def pools_from_plan(run: ProgramRun) -> list[NodePool]:
             hosts_per_slice=hosts,
             queued=bool((spec.get("queuedProvisioning") or {}).get("enabled")),
             flex_start=bool(config.get("flexStart")),
+            spot=bool(config.get("spot")),
+            reservation=_specific_reservation(config.get("reservationAffinity") or {}),
         ))
     if not pools:
         raise ValueError(f"the plan of {run.project}/{run.stack} has no {NODE_POOL_TYPE}")
     return pools
+
+
+def _specific_reservation(affinity: Mapping[str, Any]) -> str | None:
+    """The reservation a pool consumes with reservation_affinity SPECIFIC_RESERVATION (its `values`), or None."""
+    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+        return None
+    values = affinity.get("values") or []
+    return str(values[0]) if values else None
 
 
 # --- pods, nodes and matching ----------------------------------------------------------------------------------
@@ -527,6 +564,7 @@ class GkeSim:
         self._backoff_until: dict[str, float] = {}
         self._idle_since: dict[str, float] = {}
         self._held: dict[str, float] = {}  # node -> real time until which a scale-down leaves it (add_nodes)
+        self._shutdowns: dict[str, float] = {}  # preempted Spot node -> real time its VM is gone (preempt_spot)
         self._requests: dict[str, _Request] = {}
         self._events_sent: set[tuple[str, str, str]] = set()
         self._names = itertools.count(1)
@@ -570,6 +608,7 @@ class GkeSim:
             self._backoff_until.clear()
             self._idle_since.clear()
             self._held.clear()
+            self._shutdowns.clear()
             self._requests.clear()
             self._events_sent.clear()
             self.log.clear()
@@ -630,14 +669,21 @@ class GkeSim:
 
     # --- switches (any thread) ---------------------------------------------------------------------------------
 
-    def set_capacity(self, pool: str, available: bool) -> None:
-        """A stock-out (False) or capacity back (True) for one pool; a return also ends its back-off."""
+    def set_capacity(self, pool: str | Iterable[str], available: bool) -> None:
+        """A stock-out (False) or capacity back (True) for one pool or several, each on its own switch; a return
+        also ends its back-off. A reservation pool has no switch: its VMs are held for it (ValueError)."""
+        names = [pool] if isinstance(pool, str) else list(pool)
         with self._lock:
-            self._pool(pool)
-            self.capacity[pool] = available
-            if available:
-                self._backoff_until.pop(pool, None)
-            self._note(f"capacity of {pool}: {'available' if available else 'stock-out'}")
+            for name in names:
+                found = self._pool(name)
+                if found.reservation is not None:
+                    raise ValueError(f"node pool {name!r} consumes reservation {found.reservation!r}: its capacity "
+                                     "is held for it, it does not stock out (fill it with jobs instead)")
+            for name in names:
+                self.capacity[name] = available
+                if available:
+                    self._backoff_until.pop(name, None)
+                self._note(f"capacity of {name}: {'available' if available else 'stock-out'}")
 
     def set_events(self, seen: bool, pool: str | None = None) -> None:
         """Whether the autoscaler's Events on pods (TriggeredScaleUp, FailedScaleUp, NotTriggerScaleUp) are written
@@ -662,6 +708,67 @@ class GkeSim:
             names = [n["metadata"]["name"] for n in self._nodes() if _node_pool(n) == pool]
             self._delete_nodes(names, reason="preempted")
             return names
+
+    def preempt_spot(self, pool: str, count: int | None = None) -> list[str]:
+        """Compute Engine reclaims Spot VMs of a Spot pool (all of them, or the first `count` slices' nodes), as
+        GKE does it (SHUTDOWN_GRACE and the words above): at once the kubelet's "Shutdown" Event on each node, the
+        not-ready taint, and every pod bound there Failed (Terminated, DisruptionTarget) so its controller replaces
+        it; after the grace period the VMs are gone: the nodes are deleted with what is left on them. A
+        multi-host slice is reclaimed whole (GKE recreates an interrupted slice as a unit). Returns the nodes."""
+        with self._lock:
+            p = self._pool(pool)
+            if not p.spot:
+                raise ValueError(f"node pool {pool!r} is not a Spot pool: only Spot VMs are preempted "
+                                 "(use preempt() for a pool's nodes lost otherwise)")
+            by_slice: dict[str, list[str]] = {}
+            for n in self._nodes():
+                if _node_pool(n) == pool and n["metadata"]["name"] not in self._shutdowns:
+                    slice_id = (n["metadata"].get("annotations") or {}).get(SLICE_ANNOTATION, n["metadata"]["name"])
+                    by_slice.setdefault(slice_id, []).append(n["metadata"]["name"])
+            names = [n for ids in list(by_slice.values())[:count] for n in ids]
+            due = self.elapsed() + self.scale.real(SHUTDOWN_GRACE)
+            for name in names:
+                self._shutdowns[name] = due
+                self._node_event(name, *NODE_SHUTDOWN)
+            self._taint(names, {"key": NOT_READY_TAINT, "effect": "NoSchedule"})
+            for pod in self.client.list("v1", "Pod"):
+                if (pod.get("spec") or {}).get("nodeName") in set(names) and not is_terminal(pod):
+                    self._terminate_for_shutdown(pod)
+            self._note(f"Spot VMs of {pool} preempted: {', '.join(sorted(names))}")
+            return names
+
+    def _terminate_for_shutdown(self, pod: Mapping[str, Any]) -> None:
+        """The kubelet's graceful shutdown of one pod: phase Failed, reason Terminated, DisruptionTarget True."""
+        stamp = _now_rfc3339()
+        meta = pod["metadata"]
+        status = {"phase": "Failed", "reason": POD_SHUTDOWN[0], "message": POD_SHUTDOWN[1], "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+             "message": POD_SHUTDOWN[1], "lastTransitionTime": stamp},
+            {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+            {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}]}
+        with contextlib.suppress(KubeError):  # gone meanwhile
+            self.client.request("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                                {"status": status}, content_type="application/merge-patch+json")
+
+    def _node_event(self, node: str, reason: str, message: str) -> None:
+        """An Event on a Node from the kubelet (Events of cluster-scoped objects live in "default")."""
+        stamp = _now_rfc3339()
+        with contextlib.suppress(KubeError):
+            self.client.create({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{node}.", "namespace": "default"},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+                "reason": reason, "message": message, "type": "Normal", "count": 1,
+                "source": {"component": "kubelet", "host": node}, "reportingComponent": "kubelet",
+                "firstTimestamp": stamp, "lastTimestamp": stamp})
+
+    def _finish_shutdowns(self, now: float) -> None:
+        """Preempted Spot VMs whose grace period is over: gone (the cloud node lifecycle controller deletes a Node
+        whose VM no longer exists; the pod garbage collector the pods bound to it)."""
+        due = [n for n, at in self._shutdowns.items() if at <= now]
+        for name in due:
+            del self._shutdowns[name]
+        self._delete_nodes(due, reason="Spot VM preempted")
 
     def add_nodes(self, pool: str, count: int | None = None) -> list[str]:
         """Resize a pool by hand, now (`gcloud container clusters resize`): a whole slice by default. The nodes are
@@ -708,6 +815,7 @@ class GkeSim:
         """One pass of the autoscaler and of DWS: finish due scale-ups, handle requests, scale up, scale down."""
         now = self.elapsed()
         self._finish_upcoming(now)
+        self._finish_shutdowns(now)
         nodes = self._nodes()
         self._check_heartbeats(now, nodes)
         pods = self._informer("v1", "Pod").items()
@@ -737,7 +845,7 @@ class GkeSim:
         due = [u for u in self._upcoming if u.ready_at <= now]
         self._upcoming = [u for u in self._upcoming if u.ready_at > now]
         for up in due:
-            if not self.capacity[up.pool.name]:
+            if not self.capacity[up.pool.name] and up.pool.reservation is None:
                 self._backoff_until[up.pool.name] = now + self.scale.real(self.timings.backoff)
                 zone = up.pool.zone
                 self._note(f"scale-up of {up.pool.name} by {up.count} failed: stock-out")
@@ -827,6 +935,7 @@ class GkeSim:
             self._informer("v1", "Node").forget({"metadata": {"name": name}})
             self._idle_since.pop(name, None)
             self._held.pop(name, None)
+            self._shutdowns.pop(name, None)
         self._delete_pods_on(names)
         self._note(f"{len(names)} node(s) down ({reason}): {', '.join(sorted(names))}")
         return True
@@ -887,6 +996,8 @@ class GkeSim:
             # 1. An existing node can take it: the scheduler will (it just has not retried yet).
             placed = False
             for name, room in free.items():
+                if name in self._shutdowns:  # a preempted Spot VM about to go: no capacity
+                    continue
                 node = node_by_name[name]
                 # A node still coming up (the API server's not-ready taint) is capacity on its way, as for
                 # cluster-autoscaler: the pod waits for it rather than growing the pool again.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -214,3 +215,148 @@ def test_a_node_whose_heartbeat_lapsed_is_a_sim_error_once() -> None:
     sim._check_heartbeats(51.0, nodes)
     assert len(sim.errors) == 1, sim.errors
     assert "tpu-2" in sim.errors[0] and "Lease" in sim.errors[0]
+
+
+# --- Spot preemption, stock-out switches, reservation pools (a fake API: what the sim writes) ------------------------
+
+
+class _Store:
+    """The sim's client and informer cache over one dict of nodes and pods, recording its writes."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.events: list[dict[str, Any]] = []
+        self.writes: list[tuple[str, str]] = []
+
+    # KubeClient
+    def list(self, api: str, kind: str) -> list[dict[str, Any]]:
+        return list((self.pods if kind == "Pod" else self.nodes).values())
+
+    def get(self, api: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return (self.pods if kind == "Pod" else self.nodes).get(name)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        assert obj["kind"] == "Event"
+        self.events.append(obj)
+        return obj
+
+    def delete(self, api: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self.writes.append(("DELETE", f"{kind}/{name}"))
+        self.nodes.pop(name, None)
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "") -> dict[str, Any]:
+        self.writes.append((method, path))
+        parts = path.strip("/").split("/")
+        if parts[2] == "nodes":
+            node = self.nodes[parts[3]]
+            node.setdefault("spec", {}).update(body["spec"])
+            return node
+        pod = self.pods[parts[5]]
+        if method == "DELETE":
+            del self.pods[parts[5]]
+            return pod
+        pod["status"] = {**pod.get("status", {}), **body["status"]}
+        return pod
+
+    # ClusterCache
+    def informer(self, api: str, kind: str) -> _Store:
+        return self
+
+    def items(self) -> builtins.list[dict[str, Any]]:
+        return list(self.nodes.values())
+
+    def observe(self, obj: Any) -> None:
+        return
+
+    def forget(self, obj: Any) -> None:
+        return
+
+
+def _spot_pool(name: str = "spot-pool", hosts: int = 4) -> gke_sim.NodePool:
+    return gke_sim.NodePool(name=name, cluster="c", zone="us-east5-b", machine=gke_sim.machine("ct6e-standard-4t"),
+                            config_labels={}, max_nodes=8, topology="4x4", hosts_per_slice=hosts, spot=True)
+
+
+def _sim_on(pools: list[gke_sim.NodePool], store: _Store) -> gke_sim.GkeSim:
+    sim = gke_sim.GkeSim(pools)
+    sim._client, sim._cache = store, store  # type: ignore[assignment]
+    return sim
+
+
+def _tpu_node(name: str, pool: str, slice_id: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {gke_sim.POOL_LABEL: pool},
+                         "annotations": {gke_sim.KWOK_ANNOTATION: "fake", gke_sim.SLICE_ANNOTATION: slice_id}},
+            "spec": {"taints": [dict(gke_sim.TPU_TAINT)]}, "status": {}}
+
+
+def _running_pod(name: str, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_spot_nodes_carry_gkes_spot_label_and_a_spot_or_reservation_pool_is_read_from_the_plan() -> None:
+    assert _spot_pool().node_labels()[gke_sim.SPOT_LABEL] == "true"
+    assert gke_sim.SPOT_LABEL not in _dev_pools()[1].node_labels()
+
+    class Res:
+        def __init__(self, inputs: dict[str, Any]) -> None:
+            self.inputs = inputs
+
+    class Run:
+        project, stack = "p", "s"
+
+        def of_type(self, kind: str) -> list[Res]:
+            base = {"location": "us-east5-b", "autoscaling": {"maxNodeCount": 8},
+                    "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"}}
+            spot = {"spot": True, "machineType": "ct6e-standard-4t",
+                    "taints": [{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NO_SCHEDULE"}]}
+            reserved = {"machineType": "ct6e-standard-4t", "reservationAffinity": {
+                "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+                "values": ["tpu-res"]}}
+            return [Res({**base, "name": "spot-pool", "nodeConfig": spot}),
+                    Res({**base, "name": "res-pool", "nodeConfig": reserved, "autoscaling": None, "nodeCount": 4})]
+
+    spot, reserved = gke_sim.pools_from_plan(Run())  # type: ignore[arg-type]
+    assert spot.spot and spot.reservation is None and spot.node_labels()[gke_sim.SPOT_LABEL] == "true"
+    assert {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"} in spot.node_taints()
+    assert reserved.reservation == "tpu-res" and reserved.fixed_nodes == 4 and not reserved.spot
+
+
+def test_a_spot_preemption_shuts_the_slice_down_as_gke_does_then_the_vms_are_gone() -> None:
+    store = _Store([_tpu_node(f"a{i}", "spot-pool", "s1") for i in range(4)]
+                   + [_tpu_node(f"b{i}", "spot-pool", "s2") for i in range(4)],
+                   [_running_pod("worker-a", "a0"), _running_pod("worker-b", "b0")])
+    sim = _sim_on([_spot_pool()], store)
+    assert sim.preempt_spot("spot-pool", 1) == ["a0", "a1", "a2", "a3"]  # one slice, whole
+    # At once: the kubelet's Event on each node, the not-ready taint, the pod Failed as graceful shutdown leaves it.
+    assert {(e["involvedObject"]["name"], e["reason"], e["source"]["component"]) for e in store.events} == {
+        (f"a{i}", "Shutdown", "kubelet") for i in range(4)}
+    assert any(t["key"] == gke_sim.NOT_READY_TAINT for t in store.nodes["a0"]["spec"]["taints"])
+    assert not any(t["key"] == gke_sim.NOT_READY_TAINT for t in store.nodes["b0"]["spec"]["taints"])
+    status = store.pods["worker-a"]["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", "Terminated")
+    assert "imminent node shutdown" in status["message"]
+    assert {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}.items() <= \
+        next(c for c in status["conditions"] if c["type"] == "DisruptionTarget").items()
+    assert store.pods["worker-b"]["status"]["phase"] == "Running"
+    assert "a0" in store.nodes  # the grace period: the VM is still there
+    sim._finish_shutdowns(sim.elapsed() + sim.scale.real(gke_sim.SHUTDOWN_GRACE))
+    assert set(store.nodes) == {f"b{i}" for i in range(4)} and set(store.pods) == {"worker-b"}
+
+
+def test_only_spot_pools_are_preempted_and_a_reservation_has_no_stock_out_switch() -> None:
+    on_demand = gke_sim.NodePool(name="od", cluster="c", zone="z", machine=gke_sim.machine("ct6e-standard-4t"),
+                                 config_labels={}, max_nodes=4)
+    reserved = gke_sim.NodePool(name="res", cluster="c", zone="z", machine=gke_sim.machine("ct6e-standard-4t"),
+                                config_labels={}, fixed_nodes=4, reservation="tpu-res")
+    sim = _sim_on([on_demand, reserved, _spot_pool()], _Store([], []))
+    with pytest.raises(ValueError, match="'od' is not a Spot pool"):
+        sim.preempt_spot("od")
+    with pytest.raises(ValueError, match="consumes reservation 'tpu-res'"):
+        sim.set_capacity(["od", "res"], False)
+    assert sim.capacity == {"od": True, "res": True, "spot-pool": True}  # refused as a whole
+    sim.set_capacity(["od", "spot-pool"], False)
+    assert sim.capacity == {"od": False, "res": True, "spot-pool": False}
+    sim.set_capacity("spot-pool", True)
+    assert sim.capacity == {"od": False, "res": True, "spot-pool": True}
