@@ -308,3 +308,21 @@ def test_two_plans_keep_todays_metric_names_and_no_rung_series() -> None:
     text = metrics.text()
     assert "tpu_fallback_plan_a_closed 0" in text and "tpu_fallback_moves_to_plan_a_total 0" in text
     assert "rung" not in text
+
+
+def test_a_running_job_that_lost_its_nodes_and_gets_no_capacity_closes_its_rung_and_is_requeued() -> None:
+    """A Spot preemption: the job ran, its replacement pods are unschedulable and GKE says no capacity."""
+    preempted = workload("job-1", "spot", admitted_since=T0, pods_started=True, pods_unschedulable=True,
+                         stockout_event=T0 + 900)
+    close, evict = d.decide(CONFIG, snap(T0 + 901, [preempted]))
+    assert isinstance(close, d.ClosePlanA) and close.rung == "spot" and "lost their nodes" in close.why
+    assert isinstance(evict, d.Evict) and evict.name == "job-1"
+    # Without GKE's word it waits for the autoscaler (no backstop for a job that ran), and on two plans as before.
+    waiting = workload("job-1", "spot", admitted_since=T0, pods_started=True, pods_unschedulable=True)
+    assert d.decide(CONFIG, snap(T0 + 10_000, [waiting])) == []
+    from tests.test_fallback import CONFIG as TWO_PLANS
+    from tests.test_fallback import snap as two_plan_snap
+
+    on_plan_a = workload("job-1", "on-demand", admitted_since=T0, pods_started=True, pods_unschedulable=True,
+                         stockout_event=T0 + 900)
+    assert d.decide(TWO_PLANS, two_plan_snap(T0 + 901, [on_plan_a])) == []

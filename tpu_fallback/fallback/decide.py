@@ -244,7 +244,10 @@ def _decide_rung(config: Config, snap: Snapshot, rung: Rung) -> tuple[list[Actio
     if stuck is None or not flavors:
         return actions, False
     waited = snap.now - (stuck.admitted_since or snap.now)
-    if stuck.stockout_event is not None:
+    if stuck.pods_started and stuck.stockout_event is not None:
+        evidence = (f"its pods ran, lost their nodes, and GKE's autoscaler reported no capacity for their "
+                    f"replacements {max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
+    elif stuck.stockout_event is not None:
         evidence = (f"GKE's autoscaler reported no capacity for its unschedulable pods "
                     f"{max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
     else:
@@ -285,19 +288,27 @@ def _move_target(annotation: str) -> str | None:
     return flavor.strip() if sep else None
 
 
+def _capacity_lost(config: Config, w: Workload) -> bool:
+    """On a ladder: a job that ran, lost its nodes (a Spot preemption, a VM gone) and whose replacement pods GKE has
+    no capacity for. (KubeRay keeps a RayCluster's state Ready once it was, so Kueue's PodsReady never tells.) On two
+    plans such a job waits for its nodes, as it always did."""
+    return not config.two_plans and w.pods_started and w.stockout_event is not None
+
+
 def _waiting_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
     """Workloads on a rung whose pods cannot be placed: once it is known to be stocked out, they wait in vain."""
     return [w for w in snap.workloads
-            if w.tpu_flavor in rung.flavors and w.quota_reserved and w.active and not w.pods_started
-            and w.pods_unschedulable and not w.finished]
+            if w.tpu_flavor in rung.flavors and w.quota_reserved and w.active
+            and (not w.pods_started or _capacity_lost(config, w)) and w.pods_unschedulable and not w.finished]
 
 
 def _all_stuck_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
     """The evidence of a stock-out on a rung: admitted jobs there with unschedulable pods and GKE's no-capacity
-    Event on them, or still unschedulable after `stockout_after`. Scheduled pods (pulling, crash looping) never
-    count."""
+    Event on them, or still unschedulable after `stockout_after` (pods that never started only). Scheduled pods
+    (pulling, crash looping) never count."""
     return sorted((w for w in _waiting_on(config, snap, rung) if w.admitted_since is not None
-                   and (w.stockout_event is not None or snap.now - w.admitted_since >= config.stockout_after)),
+                   and (w.stockout_event is not None
+                        or (not w.pods_started and snap.now - w.admitted_since >= config.stockout_after))),
                   key=lambda w: (w.admitted_since or 0, w.key))
 
 
