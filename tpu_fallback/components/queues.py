@@ -1,4 +1,4 @@
-"""FallbackQueues: Kueue's flavors, ClusterQueue, checks and LocalQueues for plan A -> plan B.
+"""FallbackQueues: Kueue's flavors, ClusterQueue, checks and LocalQueues down the capacity ladder (plan A -> plan B).
 
 The objects only refer to node pools by label, so they wait for Kueue's readiness gate and never for
 the TPU pools: Kueue and the queues are installed while GKE is still creating the pools.
@@ -13,7 +13,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.custom_resource import custom_resource
-from tpu_fallback.model.capacity import ON_DEMAND
 from tpu_fallback.model.queues import QueuePlan
 from tpu_fallback.render import kueue as render
 
@@ -46,14 +45,15 @@ class FallbackQueues(pulumi.ComponentResource):
             return custom_resource(f"{name}-{logical}", obj, pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(parent=self, depends_on=[args.ready, *depends_on]), replace))
 
-        # The fallback controller taints plan A's flavors on a stock-out (read-modify-write of its own taint, others
-        # kept); ignoring the field there keeps a `pulumi up` after a `pulumi refresh` from taking it away.
+        # The fallback controller taints a closable rung's flavors (plan A's) on a stock-out (read-modify-write of its
+        # own taint, others kept); ignoring the field there keeps a `pulumi up` after a `pulumi refresh` from taking it
+        # away.
         flavors = [custom_resource(f"{name}-flavor-{f.name}", render.resource_flavor(f), pulumi.ResourceOptions(
             parent=self, depends_on=[args.ready],
-            ignore_changes=["spec.nodeTaints"] if f.plan == ON_DEMAND else None)) for f in plan.flavors]
+            ignore_changes=["spec.nodeTaints"] if f.closable else None)) for f in plan.flavors]
         if not args.fallback:
             for flavor, resource in zip(plan.flavors, flavors, strict=True):
-                if flavor.plan == ON_DEMAND:
+                if flavor.closable:
                     patch = render.flavor_taints_reset(flavor)
                     k8s.apiextensions.CustomResourcePatch(
                         f"{name}-flavor-{flavor.name}-taints-reset", api_version=patch["apiVersion"],

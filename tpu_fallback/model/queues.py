@@ -1,16 +1,18 @@
 """The fallback queues as data: flavors in the order Kueue tries them, with their node labels and quotas.
 
-Pure Python. `queue_plan` is the single-cluster plan A -> plan B queue; `manager_queue_plan` is a
-MultiKueue manager's. The renderers (tpu_fallback.render.kueue) turn a plan into Kueue objects.
+Pure Python. `queue_plan` is the single-cluster queue down the capacity ladder (tpu_fallback.model.ladder: today's
+plan A -> plan B, or a `ladder` of rungs); `manager_queue_plan` is a MultiKueue manager's. The renderers
+(tpu_fallback.render.kueue) turn a plan into Kueue objects.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpu_fallback.model import capacity
 from tpu_fallback.model.catalog import TpuSlice
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
+from tpu_fallback.model.ladder import FLEX_START, ON_DEMAND, Ladder, two_rungs
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.settings import Settings
 
@@ -28,7 +30,13 @@ class Flavor:
     name: str
     node_labels: dict[str, str]
     quota: dict[str, int | str]  # resource -> nominalQuota, in COVERED_RESOURCES order
-    plan: str = ""  # capacity.ON_DEMAND or capacity.FLEX_START for TPU flavors
+    plan: str = ""  # the TPU flavors' rung kind (model.ladder: on-demand, flex-start, reservation, spot); "" system
+    rung: str = ""  # the TPU flavors' rung (model.ladder.Rung.name)
+
+    @property
+    def closable(self) -> bool:
+        """A TPU flavor the fallback controller closes on its rung's stock-out: every rung's but the queued one."""
+        return bool(self.plan) and self.plan != FLEX_START
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class QueuePlan:
     local_queues: tuple[tuple[str, str], ...]  # (namespace, name)
     # ProvisioningRequest parameters for plan B (maxRunDurationSeconds: GKE's cap on a queued node's run time).
     provisioning_parameters: tuple[tuple[str, str], ...] = ()
+    # The rungs the TPU flavors belong to, most preferred first.
+    ladder: Ladder = field(default_factory=lambda: Ladder(()))
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
@@ -48,13 +58,21 @@ class QueuePlan:
         """The names of a plan's flavors (one per node pool), in the order Kueue tries them."""
         return [f.name for f in self.flavors if f.plan == plan]
 
+    def flavors_of_rung(self, rung: str) -> list[str]:
+        return [f.name for f in self.flavors if f.rung == rung]
+
+    @property
+    def closable_flavors(self) -> list[str]:
+        """The flavors of every rung the fallback controller may close, in ladder order."""
+        return [f.name for f in self.flavors if f.closable]
+
 
 def _quota(amounts: Resources, tpu_chips: int) -> dict[str, int | str]:
     return {"cpu": amounts.cpu, "memory": amounts.memory, TPU_RESOURCE: tpu_chips}
 
 
 def plan_flavors(plan: str, base: str, pools: tuple[capacity.PoolShape, ...], tpu: TpuSlice,
-                 total: Resources | None) -> list[Flavor]:
+                 total: Resources | None, rung: str = "") -> list[Flavor]:
     """The flavors of one plan: one per node pool, each selecting its pool by name.
 
     A multi-host slice must run in one pool (on GKE two pools are two separate ICI slices), and the scheduler
@@ -73,30 +91,48 @@ def plan_flavors(plan: str, base: str, pools: tuple[capacity.PoolShape, ...], tp
                 _quota(capacity.pool_resources(tpu, slices), capacity.tpu_chips(tpu, slices))
         else:
             quota = _quota(capacity.share(total, len(pools)), capacity.tpu_chips(tpu, slices))
-        flavors.append(Flavor(name, {NODEPOOL_LABEL: pool.name}, quota, plan))
+        flavors.append(Flavor(name, {NODEPOOL_LABEL: pool.name}, quota, plan, rung))
     return flavors
 
 
+def capacity_ladder(settings: Settings) -> Ladder:
+    """The cluster's rungs: its `ladder`, or today's onDemand -> flexStart plans as the two-rung default."""
+    explicit: Ladder | None = getattr(settings, "ladder", None)
+    if explicit is not None:
+        return explicit
+    od, flex = settings.on_demand, settings.flex_start
+    return two_rungs(od.name, od.max_slices, od.reservation, flex.name, flex.max_slices, flex.active,
+                     flex.max_run_duration)
+
+
 def queue_plan(settings: Settings) -> QueuePlan:
-    """Flavors in fallback order with quotas derived from the pools' real capacity."""
+    """Flavors in ladder order with quotas derived from each rung's pools' real capacity.
+
+    Every rung's TPU quota is its pools' chips. Its cpu/memory: the queued (flex-start) rung's is the tutorial's
+    unlimited, or its pools' size with queues.capFlexStart; every other rung's is ON_DEMAND_QUOTA_PER_HOST per TPU
+    host (the tutorial's plan A figures), or queues.quotas.onDemand for the onDemand rung.
+    """
     tpu, q = settings.tpu, settings.queues
+    ladder = capacity_ladder(settings)
     flavors = [Flavor(SYSTEM_FLAVOR, {NODEPOOL_LABEL: settings.system_pool.name}, _quota(q.system_quota, 0))]
-    if settings.on_demand.max_slices > 0:
-        pools = capacity.pool_layout(settings.on_demand.name, tpu, settings.on_demand.max_slices)
-        flavors += plan_flavors(capacity.ON_DEMAND, ON_DEMAND_FLAVOR, pools, tpu, settings.on_demand_quota)
-    flex = settings.flex_start
-    if flex.active:
-        pools = capacity.pool_layout(flex.name, tpu, flex.max_slices)
-        capped = capacity.pool_resources(tpu, flex.max_slices) if q.cap_flex_start else None
-        flavors += plan_flavors(capacity.FLEX_START, FLEX_FLAVOR, pools, tpu, capped)
+    for rung in ladder.rungs:
+        total: Resources | None
+        if rung.queued:
+            total = capacity.pool_resources(tpu, rung.max_slices) if q.cap_flex_start else None
+        else:
+            configured = q.on_demand_quota if rung.kind == ON_DEMAND else None
+            total = capacity.on_demand_quota(configured, tpu, rung.max_slices)
+        flavors += plan_flavors(rung.kind, rung.flavor, rung.pools(tpu), tpu, total, rung.name)
+    queued = ladder.queued
+    duration = queued.max_run_duration if queued is not None else None
     return QueuePlan(
         cluster_queue=q.cluster_queue,
         flavors=tuple(flavors),
-        provisioning_check=flex.active,
+        provisioning_check=queued is not None,
         namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
         local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
-        provisioning_parameters=(("maxRunDurationSeconds", flex.max_run_duration[:-1]),) if flex.max_run_duration
-        else (),
+        provisioning_parameters=(("maxRunDurationSeconds", duration[:-1]),) if duration else (),
+        ladder=ladder,
     )
 
 

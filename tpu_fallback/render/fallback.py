@@ -26,10 +26,18 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "tpu-fall
 
 
 def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, Any]:
-    """config.json (read by tpu_fallback/fallback/controller.py Settings.from_file)."""
+    """config.json (read by tpu_fallback/fallback/controller.py Settings.from_file).
+
+    Today's two plans keep their keys (planAFlavors, planBFlavors, planANodeSelector), so their ConfigMap does not
+    change; a `ladder` stack's rungs go out as "rungs", most preferred first, each with its flavors, whether it is
+    the queued rung (never closed) and a selector of its pools' nodes."""
+    if plan.ladder.explicit:
+        rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued) for rung in plan.ladder.rungs]}
+    else:
+        rungs = {"planAFlavors": plan.flavors_of(ON_DEMAND), "planBFlavors": plan.flavors_of(FLEX_START),
+                 **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {})}
     return {
-        "planAFlavors": plan.flavors_of(ON_DEMAND),
-        "planBFlavors": plan.flavors_of(FLEX_START),
+        **rungs,
         "stockoutAfterSeconds": fallback.stockout_after,
         "coolDownSeconds": fallback.cool_down,
         "pollSeconds": fallback.poll_interval,
@@ -37,15 +45,26 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
         "metricsPort": METRICS_PORT,
         "reverseMove": fallback.reverse_move,
         "deployment": f"{NAMESPACE}/{NAME}",
-        **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {}),
     }
+
+
+def rung_config(plan: QueuePlan, rung: str, queued: bool) -> dict[str, Any]:
+    """One rung of config.json's "rungs" (the interface controller.parse_rungs reads)."""
+    flavors = [f for f in plan.flavors if f.rung == rung]
+    selector = node_selector([f.node_labels for f in flavors])
+    return {"name": rung, "flavors": [f.name for f in flavors], "queued": queued,
+            **({"nodeSelector": selector} if selector else {})}
 
 
 def plan_a_node_selector(plan: QueuePlan) -> str | None:
     """A label selector for the nodes of plan A's pools, the only nodes the controller decides from (a Ready node
-    there reopens plan A, or lets a job move back): `<key> in (<value>, ...)` when every plan A flavor selects its
-    pool by one label of the same key, as queue plans do; None (every node read) otherwise."""
-    labels = [f.node_labels for f in plan.flavors if f.plan == ON_DEMAND]
+    there reopens plan A, or lets a job move back)."""
+    return node_selector([f.node_labels for f in plan.flavors if f.plan == ON_DEMAND])
+
+
+def node_selector(labels: list[dict[str, str]]) -> str | None:
+    """`<key> in (<value>, ...)` when every flavor selects its pool by one label of the same key, as queue plans do;
+    None (every node read) otherwise."""
     keys = {key for one in labels for key in one}
     if not labels or len(keys) != 1 or any(len(one) != 1 for one in labels):
         return None
@@ -66,9 +85,9 @@ def config_map(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, Any]:
 
 
 def cluster_role(plan: QueuePlan) -> dict[str, Any]:
-    """Least privilege: read (list and watch: the controller's informers) what it decides from; patch only plan
-    A's flavors (their taint) and Workloads (spec.active and two annotations for a move); create Events. No
-    create or delete of any Kueue object."""
+    """Least privilege: read (list and watch: the controller's informers) what it decides from; patch only the
+    closable rungs' flavors (plan A's; their taint) and Workloads (spec.active and two annotations for a move);
+    create Events. No create or delete of any Kueue object."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": NAME, "labels": dict(LABELS)},
@@ -76,7 +95,7 @@ def cluster_role(plan: QueuePlan) -> dict[str, Any]:
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors", "clusterqueues"],
              "verbs": ["list", "watch"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
-             "resourceNames": plan.flavors_of(ON_DEMAND), "verbs": ["get", "update"]},
+             "resourceNames": plan.closable_flavors, "verbs": ["get", "update"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "patch"]},
             {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"],
              "verbs": ["list", "watch"]},

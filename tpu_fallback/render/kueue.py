@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from tpu_fallback.model.capacity import FLEX_START
-from tpu_fallback.model.labels import NODEPOOL_LABEL, QUEUED_LABEL, TPU_RESOURCE
+from tpu_fallback.model.labels import NODEPOOL_LABEL, QUEUED_LABEL, SPOT_LABEL, TPU_RESOURCE
+from tpu_fallback.model.ladder import SPOT
 from tpu_fallback.model.quantity import canonical_quantity
 from tpu_fallback.model.queues import COVERED_RESOURCES, MULTIKUEUE_FLAVOR, Flavor, QueuePlan
 from tpu_fallback.model.settings import FallbackSettings, KueueSettings
@@ -88,20 +89,33 @@ def readiness_probe_flavor() -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+# The taint of a spot rung's nodes (components/tpu_pool.py puts it on the pool) and its flavor.
+SPOT_TAINT = {"key": SPOT_LABEL, "value": "true", "effect": "NoSchedule"}
+
+
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
-    """A flavor selecting its pool. Plan B's also declare the taint GKE puts on queued-provisioning nodes, so Kueue
-    gives them only to jobs that tolerate it (every RayJob but an elastic one, which must stay on plan A)."""
+    """A flavor selecting its pool (a reservation rung's pool is the one consuming the reservation). The queued
+    (flex-start) flavors also declare the taint GKE puts on queued-provisioning nodes, so Kueue gives them only to
+    jobs that tolerate it (every RayJob but an elastic one, which must stay on plan A); a spot rung's declare its
+    pool's spot taint, so only jobs that opt in (`preemptible: true`, which adds the toleration) land there.
+
+    Kueue skips a flavor whose nodeTaints (NoSchedule/NoExecute) the PodSet's tolerations do not tolerate ("untolerated
+    taint ... in flavor", kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go) and tries the next one in the
+    ClusterQueue's order; it adds no toleration to the pods (spec.tolerations is left empty on purpose)."""
     spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
     if flavor.plan == FLEX_START:
         spec["nodeTaints"] = [{"key": QUEUED_LABEL, "value": "true", "effect": "NoSchedule"}]
+    elif flavor.plan == SPOT:
+        spec["nodeTaints"] = [dict(SPOT_TAINT)]
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor.name}, "spec": spec}
 
 
 def flavor_taints_reset(flavor: Flavor) -> dict[str, Any]:
-    """With the fallback off: the stack takes plan A's `spec.nodeTaints` back (what `resource_flavor` declares for
-    it: none), so a close left behind by a controller that was not running when the fallback was turned off (crash
-    looping, unschedulable) goes away with the next `pulumi up`. A server-side apply patch forced over the
-    controller's ownership of the (atomic) list; with the fallback on, the flavor resource ignores the field."""
+    """With the fallback off: the stack takes a closable flavor's `spec.nodeTaints` back to what `resource_flavor`
+    declares for it (none for plan A, the spot taint for a spot rung), so a close left behind by a controller that
+    was not running when the fallback was turned off (crash looping, unschedulable) goes away with the next
+    `pulumi up`. A server-side apply patch forced over the controller's ownership of the (atomic) list; with the
+    fallback on, the flavor resource ignores the field."""
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
             # pulumi-kubernetes Patch resources: "Conflicts will result in an error by default, but can be forced
             # using the "pulumi.com/patchForce" annotation" (CustomResourcePatch docstring, 4.25.0).
