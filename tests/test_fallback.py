@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import infra
 from tpu_fallback.fallback import decide as d
 from tpu_fallback.fallback.controller import Metrics, free_quota, provisioned_owners, read_flavor, read_workload
-from tpu_fallback.model.settings import FallbackSettings, parse_settings
+from tpu_fallback.model.settings import COOL_DOWN, STOCKOUT_AFTER, FallbackSettings, parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.render import fallback as render
 from tpu_fallback.render.files import CONTROLLER_SOURCES, PACKAGE
@@ -281,7 +281,7 @@ def test_the_controller_objects() -> None:
     configmap = run.one("kubernetes:core/v1:ConfigMap", "tpu-cluster-fallback-config").inputs
     config = json.loads(configmap["data"]["config.json"])
     assert config["planAFlavors"] == ["on-demand"] and config["planBFlavors"] == ["dws"]
-    assert config["stockoutAfterSeconds"] == 600 and config["coolDownSeconds"] == 1800
+    assert config["stockoutAfterSeconds"] == STOCKOUT_AFTER and config["coolDownSeconds"] == COOL_DOWN
     role = run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "tpu-cluster-fallback-role").inputs
     writes = [r for r in role["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
     assert {(tuple(r["resources"]), tuple(r.get("resourceNames", ()))) for r in writes} == {

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import infra
+from tpu_fallback.model.settings import GKE_VERSION
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, RecordedResource, run_program
 
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -52,7 +53,7 @@ def test_dev_graph_holds_exactly_the_tutorial_cloud_resources(dev: ProgramRun) -
 def test_cluster_flags(dev: ProgramRun) -> None:
     c = dev.one(CLUSTER).inputs
     # The tutorial's --cluster-version=1.34 reached end of life on 2026-10-01: the oldest minor GKE offers now.
-    assert c["minMasterVersion"] == "1.35"
+    assert c["minMasterVersion"] == GKE_VERSION
     assert c["releaseChannel"] == {"channel": "REGULAR"}
     assert c["location"] == "us-east5-b"  # --location=${ZONE}
     assert c["project"] == "my-gcp-project"

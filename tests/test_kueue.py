@@ -13,7 +13,7 @@ from tests.conftest import infra, schema_check
 from tpu_fallback.model.kueue_features import VERIFIED_VERSIONS
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.queues import queue_plan
-from tpu_fallback.model.settings import KUEUE_PODS_READY_TIMEOUT, KueueSettings, parse_settings
+from tpu_fallback.model.settings import KUEUE_PODS_READY_TIMEOUT, KUEUE_VERSION, KueueSettings, parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 from tpu_fallback.render import kueue as manifests
@@ -102,7 +102,7 @@ def test_kubernetes_resources_use_the_clusters_provider(dev: ProgramRun) -> None
 def test_helm_release(dev: ProgramRun) -> None:
     release = dev.one(RELEASE).inputs
     assert release["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
-    assert release["version"] == "0.19.2"
+    assert release["version"] == KUEUE_VERSION
     assert release["name"] == "kueue" and release["namespace"] == "kueue-system"
     values = release["values"]
     assert values["controllerManager"]["featureGates"] == [{"name": "ElasticJobsViaWorkloadSlices", "enabled": True}]
@@ -146,7 +146,7 @@ def test_readiness_gate_probes_the_webhooks_and_reruns_on_upgrade(dev: ProgramRu
     job = dev.one("kubernetes:batch/v1:Job").inputs
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][:2] == ["create", "--dry-run=server"]
-    assert {"name": "KUEUE_VERSION", "value": "0.19.2"} in container["env"]
+    assert {"name": "KUEUE_VERSION", "value": KUEUE_VERSION} in container["env"]
     gate_probe = dev.one("kubernetes:core/v1:ConfigMap", "tpu-cluster-kueue-gate-probe")
     probe = yaml.safe_load(gate_probe.inputs["data"]["flavor.yaml"])
     assert probe["kind"] == "ResourceFlavor" and "generateName" in probe["metadata"]
@@ -240,7 +240,7 @@ def test_local_queues_namespaces_and_selector() -> None:
 
 def test_outputs_added_to_the_contract(dev: ProgramRun) -> None:
     assert dev.outputs["kueueNamespace"] == "kueue-system"
-    assert dev.outputs["kueueVersion"] == "0.19.2"
+    assert dev.outputs["kueueVersion"] == KUEUE_VERSION
     assert dev.outputs["clusterQueue"] == "cluster-queue"
     assert dev.outputs["localQueues"] == [{"namespace": "default", "name": "user-queue"}]
     assert dev.outputs["flavors"] == {"system": "default-cpu", "onDemand": "on-demand", "flexStart": "dws"}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tpu_fallback.model.quantity import Resources
-from tpu_fallback.model.settings import parse_settings
+from tpu_fallback.model.settings import Settings, parse_settings
 from tpu_fallback.model.validation import ConfigError
 
 
@@ -21,6 +22,16 @@ def test_defaults_are_the_tutorial() -> None:
     assert (s.system_pool.name, s.system_pool.machine_type) == ("default-pool", "n2-standard-16")
     assert s.kueue.version == "0.19.2" and s.kueue.feature_gates == (("ElasticJobsViaWorkloadSlices", True),)
     assert s.deletion_protection is True
+
+
+def test_the_parser_takes_every_default_from_the_settings_dataclasses() -> None:
+    # Each default is written once, on its dataclass field: the parser given nothing (or empty objects) builds the
+    # same Settings as the dataclasses' own defaults (the node account id is the parser's to derive).
+    empty_objects = {"systemPool": {}, "tpu": {}, "onDemand": {}, "flexStart": {}, "kueue": {}, "queues": {},
+                     "fallback": {}, "maintenance": {}, "network": {}, "multikueue": {}}
+    for raw in ({}, empty_objects):
+        parsed = parse_settings(raw, "my-project")
+        assert parsed == replace(Settings(project="my-project"), node_account_id=parsed.node_account_id)
 
 
 BAD: list[tuple[dict[str, Any], list[str]]] = [
