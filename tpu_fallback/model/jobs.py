@@ -17,6 +17,7 @@ from tpu_fallback.model.outputs import JOBS_READS, TPU_FIELDS
 from tpu_fallback.model.quantity import Resources, parse_quantity
 from tpu_fallback.model.validation import (
     ConfigError,
+    boolean,
     did_you_mean,
     fail,
     integer,
@@ -65,6 +66,9 @@ class JobSpec:
     workers: int | None = None  # TPU hosts in total; default one slice
     elastic: Elastic | None = None
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    # Opts into a capacity ladder's spot rung (its workers tolerate the spot taint): for jobs that checkpoint, since
+    # a preempted spot job is requeued and starts again from its last checkpoint.
+    preemptible: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ class InfraFacts:
 
 
 _JOB_KEYS = ("name", "count", "queue", "image", "entrypoint", "pip", "workerRequest", "headRequest", "workers",
-             "elastic", "env")
+             "elastic", "env", "preemptible")
 
 
 def check_jobs_config_keys(keys: list[str]) -> None:
@@ -194,6 +198,7 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
             workers=integer(f"{key}.workers", raw["workers"], 1) if raw.get("workers") is not None else None,
             elastic=elastic,
             env=tuple(sorted(env.items())),
+            preemptible=boolean(f"{key}.preemptible", raw.get("preemptible", False)),
         )
         if any(j.name == job.name for j in jobs):
             raise fail(f"{key}.name", job.name, "job names must be unique")

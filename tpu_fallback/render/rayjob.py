@@ -14,6 +14,7 @@ from tpu_fallback.model.labels import (
     NODEPOOL_LABEL,
     QUEUE_LABEL,
     QUEUED_LABEL,
+    SPOT_LABEL,
     TOPOLOGY_LABEL,
     TPU_RESOURCE,
 )
@@ -72,6 +73,11 @@ def rayjob(planned: PlannedJob, copy_name: str, infra: InfraFacts) -> dict[str, 
     worker_container["resources"] = _resources(job.worker_request, tpu=infra.chips_per_host)
     worker_container["env"] = env
 
+    if job.preemptible:
+        # Tolerating the spot taint that a capacity ladder's spot flavor declares (render/kueue.py SPOT_TAINT) is what
+        # lets Kueue give this job that flavor; a job without it skips the spot rung.
+        worker["tolerations"].append({"key": SPOT_LABEL, "operator": "Equal", "value": "true",
+                                      "effect": "NoSchedule"})
     if job.elastic is not None:
         # Plan A only: without a toleration of the queued-provisioning taint, which the DWS flavors declare, Kueue
         # never gives an elastic job plan B (a DWS slice cannot grow: a scale-up would replace its request).
