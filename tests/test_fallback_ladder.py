@@ -326,3 +326,16 @@ def test_a_running_job_that_lost_its_nodes_and_gets_no_capacity_closes_its_rung_
     on_plan_a = workload("job-1", "on-demand", admitted_since=T0, pods_started=True, pods_unschedulable=True,
                          stockout_event=T0 + 900)
     assert d.decide(TWO_PLANS, two_plan_snap(T0 + 901, [on_plan_a])) == []
+
+
+@pytest.mark.parametrize("in_flight", [
+    {"active": False, "annotations": {d.MOVING_ANNOTATION: "2026-12-01T10:00:00Z to reservation"}},
+    {"active": True, "annotations": {d.MOVED_ANNOTATION: "2026-12-01T10:00:00Z to reservation"}},
+])
+def test_no_second_move_goes_to_a_flavor_a_move_is_under_way_to(in_flight: dict[str, Any]) -> None:
+    """While the first mover is released and not yet admitted there, the target's quota shows free."""
+    mover = waiting_on_dws("first", created=T0, quota_reserved=False, tpu_flavor=None, **in_flight)
+    second = waiting_on_dws("second", created=T0 + 1)
+    actions = d.decide(CONFIG, snap(T0 + 5, [mover, second], nodes=[node("reservation-pool"), node("spot-pool")],
+                                    free={"on-demand": FULL}))
+    assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("second", "spot")]

@@ -376,7 +376,8 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
     targets: list[list[Flavor]] = [  # per rung index: the flavors a job may move to
         [] if r.queued or r.name in closed else [snap.flavors[n] for n in r.flavors
                                                  if n in snap.flavors and n in with_nodes
-                                                 and snap.flavors[n].closed_since is None]
+                                                 and snap.flavors[n].closed_since is None
+                                                 and n not in _moving_to(snap)]
         for r in ladder]
     waiting: list[tuple[int, Workload]] = []
     for k, rung in enumerate(ladder):
@@ -404,6 +405,24 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
                    f"free and Ready nodes: moving it up to {config.label(ladder[i])}")
         actions.append(Deactivate(w.namespace, w.name, flavor, why, ladder[i].name))
     return actions
+
+
+def _moving_to(snap: Snapshot) -> set[str]:
+    """The flavors a move is under way to: its Workload deactivated (MOVING), or queued again (MOVED, no quota yet).
+    Their room shows free until Kueue admits the moved Workload there, so no other move goes to them meanwhile."""
+    out: set[str] = set()
+    for w in snap.workloads:
+        if w.finished:
+            continue
+        if MOVING_ANNOTATION in w.annotations:
+            target = _move_target(w.annotations[MOVING_ANNOTATION])
+        elif MOVED_ANNOTATION in w.annotations and w.active and not w.quota_reserved:
+            target = _move_target(w.annotations[MOVED_ANNOTATION])
+        else:
+            continue
+        if target:
+            out.add(target)
+    return out
 
 
 def _fits(usage: dict[str, Decimal], room: dict[str, Decimal]) -> bool:
