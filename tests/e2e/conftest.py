@@ -5,7 +5,7 @@ cluster (module-scoped fixtures), so a module is one work unit, run whole on one
 needs no state of another is a module of its own (test_stockout_moves_e2e.py beside test_stockout_fallback_e2e.py).
 xdist gives each worker two work units to start with, round-robin in collection order, then one more whenever a
 worker runs short; so the e2e modules are collected first, in the order below, which pairs the longest with the
-shortest of the first six on 3 workers, and the unit test files fill the gaps at the end. (`--dist loadgroup`
+shortest of the first eight on 4 workers, and the unit test files fill the gaps at the end. (`--dist loadgroup`
 would let a module span workers, but pytest-xdist 3.8 marks a group by rewriting `Item._nodeid`, which pytest 9
 no longer reads: the groups are silently ignored.)
 """
@@ -21,19 +21,21 @@ import pytest
 if TYPE_CHECKING:
     from tests.e2e.fallback_scenarios import FallbackBox
 
-# Warm wall seconds of each module run alone on 2 cores (2026-12-01; the evidence module 2026-12-03); only the order
-# matters. The evidence module waits on the fallback's timers most of its time, so it pairs with a short one.
+# Warm wall seconds of each module run alone on 2 cores (2026-12-01; the two stock-out evidence modules: half of the
+# 270 s of the one they were split from, 2026-12-03); only the order matters. Those two wait on the fallback's
+# timers most of their time, so each pairs with a short one.
 SCHEDULE = (
-    "test_stockout_evidence_e2e",  # 270  worker 1
-    "test_engine_e2e",  # 185   worker 2
-    "test_gke_sim_e2e",  # 170  worker 3
-    "test_kueue_chart_e2e",  # 42  worker 1
-    "test_stockout_moves_e2e",  # 130  worker 2
-    "test_stockout_fallback_e2e",  # 110  worker 3
-    "test_multikueue_e2e",  # 70  then to whichever worker runs short
-    "test_elastic_e2e",  # 62
-    "test_fallback_e2e",  # 38
-    "test_controller_manager_e2e",  # 28
+    "test_engine_e2e",  # 185  worker 1
+    "test_gke_sim_e2e",  # 170  worker 2
+    "test_stockout_evidence_e2e",  # 140  worker 3
+    "test_fallback_lifecycle_e2e",  # 140  worker 4
+    "test_controller_manager_e2e",  # 28  worker 1
+    "test_fallback_e2e",  # 38  worker 2
+    "test_kueue_chart_e2e",  # 42  worker 3
+    "test_elastic_e2e",  # 62  worker 4
+    "test_stockout_moves_e2e",  # 130  then to whichever worker runs short
+    "test_stockout_fallback_e2e",  # 110
+    "test_multikueue_e2e",  # 70
 )
 
 
