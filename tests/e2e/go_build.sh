@@ -6,6 +6,31 @@
 log() { printf '[%s] %s\n' "$BUILD_NAME" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# How long a cold build of each component took on 2 cores, with the other build script beside it (as scripts/test
+# runs them): measured so at d660333 for kube-apiserver, Kueue, KubeRay, the Pulumi CLI, the Python host and the
+# Kubernetes provider (docs/measurements.md); the others one after the other on an idle machine (2026-12-02) times
+# 1.8, the ratio the measured ones show between the two ways. Printed as each build starts, so a cold run says
+# from its first minute how long each step will be; a machine under other load takes longer.
+declare -gA EXPECTED_SECONDS=(
+  [kube-apiserver]=358 [kube-controller-manager]=90 [kube-scheduler]=11 [etcd]=47 [kueue]=358 [kwok]=25
+  [kuberay-operator]=164 [pulumi]=354 [pulumi-language-python]=50 [pulumi-resource-kubernetes]=697
+)
+
+# human_duration SECONDS: "42 s", "5 min 58 s".
+human_duration() {
+  if (($1 < 60)); then printf '%d s' "$1"; else printf '%d min %d s' $(($1 / 60)) $(($1 % 60)); fi
+}
+
+# expected_note NAME: what a cold build of NAME is expected to take, for the progress lines.
+expected_note() {
+  local seconds=${EXPECTED_SECONDS[$1]:-}
+  if [[ -n "$seconds" ]]; then
+    printf 'a cold build took about %s on 2 cores' "$(human_duration "$seconds")"
+  else
+    printf 'no measured cold build time'
+  fi
+}
+
 # --- Go toolchain ----------------------------------------------------------
 if command -v go >/dev/null 2>&1; then
   GO=$(command -v go)
@@ -44,17 +69,18 @@ take_lock() {
 # Runs BUILD-FUNCTION TMPDIR VERSION unless $CACHE/NAME-VERSION/BINARY is already there;
 # the build goes to a temporary directory that is moved into place only whole.
 # EXTRA-FILEs are further executables the function leaves in TMPDIR, moved alongside.
-# Sets RESULT to the binary's path.
+# Sets RESULT to the binary's path. Logs one line as the build starts (with the expected duration) and one as it
+# ends (with the time it took), or one line when the cache has it.
 build_component() {
   local name=$1 version=$2 binary=$3 fn=$4
   shift 4
   local dir="$CACHE/$name-$version"
   RESULT="$dir/$binary"
   if [[ -x "$RESULT" && -f "$dir/.complete" ]]; then
-    log "reusing $RESULT (cached; remove $dir to rebuild)"
+    log "reusing $name $version: $RESULT (cached; remove $dir to rebuild)"
     return 0
   fi
-  log "building $name $version -> $RESULT (with $($GO env GOVERSION))"
+  log "building $name $version ($(expected_note "$name")) -> $RESULT (with $($GO env GOVERSION))"
   mkdir -p "$dir"
   local tmp start f
   tmp=$(mktemp -d "$dir/.build.XXXXXX")
@@ -70,5 +96,5 @@ build_component() {
   mv -f "$tmp/$binary" "$RESULT"
   rm -rf "$tmp"
   touch "$dir/.complete"
-  log "built $name $version in $((SECONDS - start))s ($(du -h "$RESULT" | cut -f1))"
+  log "built $name $version in $(human_duration $((SECONDS - start))) ($(expected_note "$name"); $(du -h "$RESULT" | cut -f1))"
 }
