@@ -34,6 +34,7 @@ SCHEDULE = (
     "test_kueue_chart_e2e",  # 42  worker 3
     "test_elastic_e2e",  # 62  worker 4
     "test_stockout_moves_e2e",  # 130  then to whichever worker runs short
+    "test_ladder_e2e",  # 140 (2026-12-04, beside a CPU hog)
     "test_stockout_fallback_e2e",  # 110
     "test_multikueue_e2e",  # 70
 )
