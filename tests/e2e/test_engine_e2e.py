@@ -80,6 +80,7 @@ INFRA_STACK = "local"  # the existing-cluster stack this module creates in the c
 INFRA_REF = f"organization/{INFRA_PROJECT}/{INFRA_STACK}"  # a StackReference name with the file backend
 JOBS_STACK = "dev"
 KUEUE_API = scenario.KUEUE_API
+RAY_API = "ray.io/v1"
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 TPU_GROUP = "tpu-group"
 CPU_ONLY = {"head": {"default-cpu"}, "submitter": {"default-cpu"}}
@@ -532,6 +533,8 @@ def test_jobs_by_stack_reference_fall_back_and_keep_no_credential_in_state(ws: W
     assert set(stack_res["outputs"]["kubeconfig"]) == {"4dabf18193072939515e22adb298388d", "ciphertext"}
     assert not ws.secrets_in(ws.cli.backend_dir), ws.secrets_in(ws.cli.backend_dir)
 
+    check_a_new_endpoint_keeps_the_rayjobs(ws, names)
+
     ws.pulumi("destroy", "--yes", project=ws.jobs, stack=JOBS_STACK)
     ws.jobs_up.discard(JOBS_STACK)
     gone = [*live_objects,
@@ -540,6 +543,31 @@ def test_jobs_by_stack_reference_fall_back_and_keep_no_credential_in_state(ws: W
     assert not wait_gone(ws.client, gone, TIMEOUT)
     assert not ws.secrets_in(ws.cli.backend_dir), ws.secrets_in(ws.cli.backend_dir)
     assert_no_unexpected_warnings(ws, since)
+
+
+def check_a_new_endpoint_keeps_the_rayjobs(ws: Workspace, names: list[str]) -> None:
+    """Issue 28 item 9: the same API server at a new address (GKE can change a cluster's endpoint or CA) updates the
+    jobs stack's provider in place and keeps every RayJob (their UIDs); without the provider's cluster_identifier
+    the engine replaces the provider and with it every running job. The infra kubeconfig is put back after."""
+    uids = {n: (ws.client.get(RAY_API, "RayJob", n, "default") or {})["metadata"]["uid"] for n in names}
+    moved = ws.kubeconfig.replace("https://127.0.0.1:", "https://localhost:")
+    assert moved != ws.kubeconfig, "the harness's kubeconfig no longer names 127.0.0.1: this check means nothing"
+    try:
+        ws.pulumi("config", "set", "--secret", "kubeconfig", project=ws.repo, stack=INFRA_STACK, stdin=moved)
+        ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        preview = ws.pulumi("preview", "--diff", project=ws.jobs, stack=JOBS_STACK)
+        steps = {(s.op, s.type) for s in changed(diff_steps(preview.stdout))}
+        assert steps == {("update", "pulumi:providers:kubernetes")}, preview.describe()
+        ws.pulumi("up", "--yes", project=ws.jobs, stack=JOBS_STACK)
+        after = {n: (ws.client.get(RAY_API, "RayJob", n, "default") or {}).get("metadata", {}).get("uid")
+                 for n in names}
+        assert after == uids
+    finally:
+        ws.pulumi("config", "set", "--secret", "kubeconfig", project=ws.repo, stack=INFRA_STACK,
+                  stdin=ws.kubeconfig_file.read_text())
+        ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        ws.pulumi("up", "--yes", project=ws.jobs, stack=JOBS_STACK)
+    expect_no_changes(ws, ws.jobs, JOBS_STACK)
 
 
 # --- 4. an immutable field ---------------------------------------------------------------------------------

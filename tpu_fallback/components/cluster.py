@@ -124,9 +124,14 @@ class GkeCluster(pulumi.ComponentResource):
             }
         else:
             mode = {
-                # The default pool would run with the Compute default service account; the system pool replaces it.
+                # GKE creates a default pool and the provider removes it at once (the system pool replaces it).
+                # Even that pool needs a service account: without node_config it is the Compute Engine default
+                # one, which hardened projects disable, and cluster creation fails (terraform-provider-google
+                # #4435, #17511, #20230). So it runs as the stack's node account.
                 "remove_default_node_pool": True,
                 "initial_node_count": 1,
+                "node_config": {"service_account": self.node_service_account.email,
+                                "oauth_scopes": [CLOUD_PLATFORM_SCOPE]},
                 "node_pool_defaults": {"node_config_defaults": {"gcfs_config": {"enabled": True}}},
                 "workload_identity_config": {"workload_pool": f"{args.project}.svc.id.goog"},
                 "enable_shielded_nodes": True,
@@ -143,7 +148,11 @@ class GkeCluster(pulumi.ComponentResource):
             maintenance_policy=maintenance_policy(args.maintenance),
             **network_arguments(args.network),
             # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*role_bindings, *args.apis], protect=args.protect),
+            # nodeConfig describes only that removed default pool: ignored after creation, so clusters made before
+            # it was set are not replaced for it (node_config and its service_account are ForceNew: terraform-provider-
+            # google google/services/container/node_config.go schemaNodeConfig).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*role_bindings, *args.apis], protect=args.protect,
+                                        ignore_changes=[] if args.autopilot else ["nodeConfig"]),
             **mode,
         )
 

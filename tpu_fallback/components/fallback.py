@@ -25,6 +25,7 @@ class FallbackControllerArgs:
     fallback: FallbackSettings
     system_pool: str | None
     ready: pulumi.Resource  # Kueue's readiness gate: the controller reads Kueue's objects from its first pass
+    namespace: pulumi.Resource | None = None  # kueue-system, where its objects live, when this stack makes it
 
 
 class FallbackController(pulumi.ComponentResource):
@@ -32,19 +33,24 @@ class FallbackController(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: FallbackControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:fallback:FallbackController", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        # Its namespaced objects go into kueue-system: on a first `pulumi up` they wait for the namespace.
+        child = pulumi.ResourceOptions(parent=self, depends_on=[args.namespace] if args.namespace else [])
+
+        def after(*others: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(others)))
+
         account = kubernetes_object(f"{name}-account", render.service_account(), child)
         role = kubernetes_object(f"{name}-role", render.cluster_role(args.plan), child)
         binding = kubernetes_object(f"{name}-binding", render.cluster_role_binding(),
-                                    pulumi.ResourceOptions(parent=self, depends_on=[account, role]))
+                                    after(account, role))
         own = kubernetes_object(f"{name}-deployment-role", render.deployment_role(), child)
         own_binding = kubernetes_object(f"{name}-deployment-binding", render.deployment_role_binding(),
-                                        pulumi.ResourceOptions(parent=self, depends_on=[account, own]))
+                                        after(account, own))
         config = kubernetes_object(f"{name}-config", render.config_map(args.plan, args.fallback), child)
         # The Deployment depends on its RBAC, so `pulumi destroy` or turning the fallback off deletes it first
         # (pulumi-kubernetes deletes with Foreground propagation: the object stays until its pod has exited), and
         # the pod's way out, which reopens plan A, still has its permissions.
         self.deployment = kubernetes_object(
             f"{name}-deployment", render.deployment(args.plan, args.fallback, args.system_pool),
-            pulumi.ResourceOptions(parent=self, depends_on=[binding, own_binding, config, args.ready]))
+            after(binding, own_binding, config, args.ready))
         self.register_outputs({"name": render.NAME, "namespace": render.NAMESPACE})

@@ -17,6 +17,7 @@ class JobSubmissionArgs:
     infra: InfraFacts
     jobs: tuple[PlannedJob, ...]
     kubeconfig: pulumi.Input[str]  # a secret from the infra stack
+    cluster_identifier: str  # the infra stack's cluster (programs/jobs.py cluster_identifier), never its endpoint
 
 
 class JobSubmission(pulumi.ComponentResource):
@@ -24,8 +25,11 @@ class JobSubmission(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: JobSubmissionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:jobs:JobSubmission", name, None, opts)
-        # The jobs stack's own provider: it never touches the infra stack's provider or state.
-        provider = k8s.Provider(f"{name}-k8s", kubeconfig=args.kubeconfig, opts=pulumi.ResourceOptions(parent=self))
+        # The jobs stack's own provider: it never touches the infra stack's provider or state. With a
+        # cluster_identifier a new endpoint or CA in the kubeconfig updates it in place; without one the provider,
+        # and with it every running RayJob, would be replaced.
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=args.kubeconfig, cluster_identifier=args.cluster_identifier,
+                                opts=pulumi.ResourceOptions(parent=self))
         on_cluster = pulumi.ResourceOptions(parent=self, provider=provider)
         scripts = {namespace: kubernetes_object(f"{name}-script-{namespace}", rayjob.script_config_map(namespace),
                                                 on_cluster)

@@ -12,6 +12,7 @@ template carries the Kueue version, so an upgrade replaces the Job and the gate 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -32,6 +33,9 @@ class KueueArgs:
     system_pool: str | None  # pin Kueue (and its gate) to this node pool; None on Autopilot
     gate_image: str = DEFAULT_GATE_IMAGE
     fallback: FallbackSettings | None = None  # enabled: Kueue's waitForPodsReady for the fallback controller
+    # What the release waits for besides the cluster: the system pool its pods are pinned to. Without it, on a
+    # first `pulumi up` the release's --wait starts while GKE is still creating the pool (its pods Pending).
+    after: Sequence[pulumi.Resource] = ()
 
 
 class Kueue(pulumi.ComponentResource):
@@ -66,7 +70,7 @@ class Kueue(pulumi.ComponentResource):
             # Wait for the controller's Deployment to be Ready (helm --wait); the gate covers the rest.
             skip_await=False,
             timeout=600,
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.after))),
         )
 
     def _readiness_gate(self, name: str, args: KueueArgs) -> k8s.batch.v1.Job:

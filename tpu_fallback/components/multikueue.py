@@ -35,6 +35,7 @@ class WorkerAccessArgs:
     worker: WorkerSettings
     platform: TpuPlatform  # the worker's cluster
     manager_provider: k8s.Provider
+    manager_namespace: pulumi.Resource | None = None  # the manager's kueue-system, where the kubeconfig goes
 
 
 class WorkerAccess(pulumi.ComponentResource):
@@ -89,8 +90,9 @@ class WorkerAccess(pulumi.ComponentResource):
             f"{name}-kubeconfig",
             metadata={"name": self.secret_name, "namespace": kueue_objects.KUEUE_NAMESPACE},
             string_data={"kubeconfig": kubeconfig},
-            opts=pulumi.ResourceOptions(parent=self, provider=args.manager_provider,
-                                        additional_secret_outputs=["stringData", "data"]),
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.manager_provider, additional_secret_outputs=["stringData", "data"],
+                depends_on=[args.manager_namespace] if args.manager_namespace else []),
         )
         self.register_outputs({"secretName": self.secret_name})
 
@@ -147,13 +149,15 @@ class MultiKueuePlatform(pulumi.ComponentResource):
         on_manager = pulumi.ResourceOptions(parent=self, providers=[self.manager.provider])
         self.kueue = Kueue(
             f"{manager.cluster_name}-kueue",
-            KueueArgs(settings.kueue, None if manager.autopilot else settings.system_pool.name),
+            KueueArgs(settings.kueue, None if manager.autopilot else settings.system_pool.name,
+                      after=[self.manager.system_pool] if self.manager.system_pool else []),
             opts=on_manager,
         )
         provider_opts = pulumi.ResourceOptions(parent=self, provider=self.manager.provider)
         accesses = [
             WorkerAccess(f"{manager.cluster_name}-{w.name}-access",
-                         WorkerAccessArgs(w, self.workers[w.name], self.manager.provider), opts=child)
+                         WorkerAccessArgs(w, self.workers[w.name], self.manager.provider, self.kueue.namespace),
+                         opts=child)
             for w in mk.workers
         ]
 

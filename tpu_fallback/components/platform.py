@@ -91,7 +91,8 @@ class TpuPlatform(pulumi.ComponentResource):
         # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
         # by label), so they are installed while GKE is still creating the pools.
         on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.cluster.provider])
-        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster)
+        system_pool = [self.cluster.system_pool] if self.cluster.system_pool else []
+        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster, after=system_pool)
         self.outputs = self._outputs()
         self.register_outputs(self.outputs.exports())
 
@@ -112,19 +113,20 @@ class TpuPlatform(pulumi.ComponentResource):
         )
 
 
-def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOptions
-                   ) -> tuple[Kueue, QueuePlan, FallbackQueues]:
+def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOptions,
+                   after: Sequence[pulumi.Resource] = ()) -> tuple[Kueue, QueuePlan, FallbackQueues]:
     """Kueue, its readiness gate, the fallback queues, the fallback controller (with fallback.enabled) and (with
-    kueue.podMonitoring) Kueue's metrics on one cluster."""
+    kueue.podMonitoring) Kueue's metrics on one cluster. `after`: what Kueue's release waits for (the system pool
+    its pods run on)."""
     fallback = settings.fallback if settings.fallback.enabled else None
-    kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name, fallback=fallback),
-                  opts=on_cluster)
+    kueue = Kueue(f"{name}-kueue", KueueArgs(settings.kueue, settings.system_pool.name, fallback=fallback,
+                                             after=after), opts=on_cluster)
     plan = queue_plan(settings)
     queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready,
                                                                  fallback=fallback is not None), opts=on_cluster)
     if fallback is not None:
         FallbackController(f"{name}-fallback", FallbackControllerArgs(plan, fallback, settings.system_pool.name,
-                                                                      kueue.ready), opts=on_cluster)
+                                                                      kueue.ready, kueue.namespace), opts=on_cluster)
     if settings.kueue.pod_monitoring:
         kueue_metrics(f"{name}-kueue-metrics", kueue, opts=on_cluster)
     return kueue, plan, queues

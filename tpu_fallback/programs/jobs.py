@@ -15,6 +15,8 @@ from tpu_fallback.model.validation import check_config_namespaces
 from tpu_fallback.programs.config import all_config, reported_cleanly
 from tpu_fallback.render.rayjob import follow_commands
 
+# Read for the provider's cluster_identifier only.
+CLUSTER_IDENTITY_OUTPUTS = ("clusterLocation", "clusterName")
 OUTPUT_NAMES = ("namespace", "queue", "jobs", "commands", "admissionOrder")
 # The engine creates a job's copies concurrently and Kueue breaks a creation-time tie by UID (seen on the real
 # engine: copy 2 got on-demand in 4 of 25 runs), so no copy is promised plan A.
@@ -45,20 +47,32 @@ def submit_jobs() -> dict[str, pulumi.Output[Any]]:
     # is taken out of the secret.
     names = [n for n in (*JOBS_READS, *JOBS_READS_OPTIONAL) if n != "kubeconfig"]
     present = pulumi.Output.unsecret(kubeconfig.apply(lambda value: bool(value)))
-    facts_in: pulumi.Output[list[Any]] = pulumi.Output.all(present, *(infra.get_output(n) for n in names))
+    identity: pulumi.Output[list[Any]] = pulumi.Output.all(
+        *(infra.get_output(n) for n in CLUSTER_IDENTITY_OUTPUTS))
 
     def build(values: list[Any]) -> dict[str, Any]:
         # Runs once the infra stack's outputs are known; nothing else is registered before these checks.
-        outputs = dict(zip(names, values[1:], strict=True))
+        outputs = dict(zip(names, values[2:], strict=True))
         outputs["kubeconfig"] = "[present]" if values[0] else None
         with reported_cleanly():
             facts = InfraFacts.from_outputs(infra_stack, outputs)
             planned = model.plan_jobs(jobs, facts)
-        JobSubmission("jobs", JobSubmissionArgs(facts, planned, kubeconfig))
+        JobSubmission("jobs", JobSubmissionArgs(facts, planned, kubeconfig,
+                                                cluster_identifier(infra_stack, values[1])))
         return stack_outputs(planned)
 
-    built = facts_in.apply(build)
+    built = pulumi.Output.all(present, identity, *(infra.get_output(n) for n in names)).apply(build)
     return {name: _pick(built, name) for name in OUTPUT_NAMES}
+
+
+def cluster_identifier(infra_stack: str, identity: list[Any]) -> str:
+    """What names the infra stack's cluster for the jobs stack's provider: its location and name (the infra
+    stack's name for a stack without those outputs). Not the endpoint or the CA, which GKE may change under a
+    running cluster: with a cluster_identifier the provider is replaced only when the identifier changes, so a
+    new endpoint updates the provider in place instead of replacing (deleting and re-submitting) every RayJob
+    (pulumi-kubernetes Provider.clusterIdentifier; provider/pkg/provider/provider.go DiffConfig)."""
+    location, name = identity
+    return f"{location}/{name}" if location and name else infra_stack
 
 
 def _pick(values: pulumi.Output[dict[str, Any]], key: str) -> pulumi.Output[Any]:
