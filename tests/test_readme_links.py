@@ -130,6 +130,6 @@ def test_the_drawing_names_only_files_that_exist() -> None:
             continue
         if folder is not None:
             for name in re.findall(r"\b([\w-]+\.(?:py|yaml))\b", line):
-                if not (folder / name).exists() and not (folder / "templates" / name).exists():
+                if not any(folder.rglob(name)):  # in the folder or one below it (templates/, settings/)
                     missing.append(f"{folder.relative_to(REPO_ROOT)}/{name}")
     assert not missing
