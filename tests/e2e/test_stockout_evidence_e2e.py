@@ -13,12 +13,18 @@ for the controllers and the polls, never a tight race. Run one alone with e.g.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e import fallback_scenarios as fs
+from tests.e2e import gke_scenarios as gs
+from tests.e2e import scenario
+from tests.e2e.kube import KubeClient, KubeError
 from tests.e2e.test_stockout_fallback_e2e import (
     CLOSE_LATENCY,
     PLAN_A,
@@ -153,3 +159,128 @@ def test_a_plan_b_job_whose_pods_start_slowly_after_dws_provisioning_is_never_ev
     assert all(events_on(facts, reason) == 0 for reason in fs.FALLBACK_EVENTS), facts["events"]
     assert _tainted_ever(facts) == {}, facts["all_taints"]
     assert facts["metrics"].get("tpu_fallback_evictions_total") == 0, facts["metrics"]
+
+
+# --- 4. a Workload patch the API server rejects does not stop the close ----------------------------------------------
+
+CONTROLLER_USER = f"system:serviceaccount:{fs.CONTROLLER_NAMESPACE}:{fs.CONTROLLER_NAME}"
+REJECT_POLICY = "e2e-reject-the-fallbacks-patches-of-one-job"
+
+
+PROBE_WORKLOAD = "e2e-policy-probe"
+
+
+def _reject_policy(job: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and its binding) that denies the fallback controller's (its ServiceAccount's)
+    updates of the Workloads of RayJob `job` (and of PROBE_WORKLOAD), and nobody else's: what a cluster's own
+    admission policy (or a webhook that is down) does to one of the controller's patches."""
+    expression = (f"!(request.userInfo.username == '{CONTROLLER_USER}' && (object.metadata.name == "
+                  f"'{PROBE_WORKLOAD}' || (has(object.metadata.ownerReferences) && "
+                  f"object.metadata.ownerReferences.exists(r, r.name == '{job}'))))")
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": REJECT_POLICY},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"],
+                                                          "operations": ["UPDATE"], "resources": ["workloads"]}]},
+                  "validations": [{"expression": expression, "message": "e2e: this job's Workload is not yours"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": REJECT_POLICY},
+         "spec": {"policyName": REJECT_POLICY, "validationActions": ["Deny"]}},
+    ]
+
+
+def _wait_policy_in_force(env: fs.Env) -> None:
+    """Until the API server denies the controller a (dry-run) update of PROBE_WORKLOAD: it loads a new policy a
+    moment after it is stored, and patches let through meanwhile would make the scenario prove nothing. The probe
+    Workload names a LocalQueue that does not exist, so Kueue never admits it; it is deleted afterwards."""
+    client = env.client
+    path = f"/apis/{fs.KUEUE_API}/namespaces/default/workloads"
+    client.request("POST", path, {
+        "apiVersion": fs.KUEUE_API, "kind": "Workload", "metadata": {"name": PROBE_WORKLOAD, "namespace": "default"},
+        "spec": {"queueName": "e2e-no-such-queue", "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"containers": [{"name": "c", "image": "e2e.invalid/none"}]}}}]}})
+    kubeconfig = json.loads(Path(env.plane.workdir, "fallback-controller-kubeconfig.json").read_text())
+    as_controller = KubeClient(env.plane.server, env.plane.ca_file, kubeconfig["users"][0]["user"]["token"])
+
+    def denied() -> bool:
+        try:
+            as_controller.request("PATCH", f"{path}/{PROBE_WORKLOAD}", {"metadata": {"labels": {"e2e-probe": "1"}}},
+                                  content_type="application/merge-patch+json", query={"dryRun": "All"})
+        except KubeError as err:
+            if "not yours" in str(err):
+                return True
+            raise
+        return False
+
+    client.wait_for(denied, 30, "the admission policy in force")
+    client.request("DELETE", f"{path}/{PROBE_WORKLOAD}")
+
+
+def run_rejected_patch(env: fs.Env) -> gs.Outcome:
+    """Plan A stocked out; an admission policy denies the controller's updates of job 1's Workload. GKE's
+    FailedScaleUp on job 1's pods: the controller still closes plan A (the close comes first, and one failed action
+    does not end the pass), counts the rejected eviction, and retries it on every pass; job 2, submitted while plan
+    A is closed, runs on plan B. Once the policy is removed, the next pass evicts job 1 and it runs on plan B too."""
+    client, sim = env.client, env.sim
+    watch = env.watch()
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    for obj in _reject_policy("rejected-1"):
+        client.apply(obj)
+    _wait_policy_in_force(env)
+    sim.set_capacity(PLAN_A_POOL, False)
+    bound = env.bounds()
+    wall_minus_watch = time.time() - watch.now()
+    objects = fs._jobs(env, 2, "rejected")
+    first = fs._submit_one(watch, objects, "rejected-1")
+    watch.wait(watch.tainted, bound.after_signal() + 30, "plan A closed in spite of the rejected patch")
+    facts: dict[str, Any] = {
+        "bound": bound, "tainted_at": watch.tainted_at_first(),
+        "failed_scale_up_at": fs.first_event_time(client, "FailedScaleUp", wall_minus_watch)}
+    # A few more passes with the policy in force: the eviction keeps failing, job 1 stays on plan A.
+    watch.wait(lambda: env.controller.metrics().get("tpu_fallback_action_errors_total", 0) >= 3,
+               10 * bound.poll + 30, "the rejected eviction retried on later passes")
+    facts["errors_while_denied"] = env.controller.metrics().get("tpu_fallback_action_errors_total")
+    facts["first_flavor_while_denied"] = fs.tpu_flavor(watch.track(first).last)
+    facts["first_evictions_while_denied"] = dict(watch.track(first).evictions)
+    second = fs._submit_one(watch, objects, "rejected-2")
+    watch.wait_running([second], bound.dws_provision + 60)
+    facts["tainted_when_second_ran"] = watch.tainted()
+    for obj in reversed(_reject_policy("rejected-1")):
+        client.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+    facts["policy_removed_at"] = watch.now()
+    watch.wait_running([first], bound.to_plan_b() + 60)
+    facts["first_running_after_removal"] = (first.running or 0) - facts["policy_removed_at"]
+    watch.wait_finished([first, second], 90)
+    return fs._finish(env, watch, facts, [first, second])
+
+
+def test_a_workload_patch_the_api_server_rejects_does_not_stop_the_close(fallback_box: fs.FallbackBox) -> None:
+    with fallback_box.scenario() as env:
+        out = run_rejected_patch(env)
+        report(out)
+    facts = out.facts
+    bound: fs.Bounds = facts["bound"]
+    first, second = facts["jobs"]["rejected-1"], facts["jobs"]["rejected-2"]
+    print(f"  plan A closed {facts['tainted_at'] - facts['failed_scale_up_at']:.1f} s after FailedScaleUp with job "
+          f"1's eviction denied; {facts['errors_while_denied']:g} failed actions before job 2; job 1 on plan B "
+          f"{facts['first_running_after_removal']:.1f} s after the policy was removed")
+
+    # The close did not wait for the eviction: within the signal's bound of GKE's first FailedScaleUp.
+    assert facts["failed_scale_up_at"] is not None and facts["tainted_at"] is not None, facts
+    assert facts["tainted_at"] <= facts["failed_scale_up_at"] + CLOSE_LATENCY, facts
+    # The rejected eviction was counted (and tried again), and did nothing: job 1 still on plan A, not evicted.
+    assert facts["errors_while_denied"] >= 3, facts["metrics"]
+    assert facts["first_flavor_while_denied"] == PLAN_A, facts
+    assert facts["first_evictions_while_denied"] == {}, facts
+    # Plan A closed meanwhile: job 2 went straight to plan B.
+    assert facts["tainted_when_second_ran"], facts["all_taints"]
+    assert second["reserved"] == [PLAN_B] and second["worker_pools"] == {PLAN_B_POOL}, second
+    # Policy gone: the retried eviction went through; job 1 ran on plan B, once.
+    assert first["reserved"][0] == PLAN_A and first["reserved"][-1] == PLAN_B, first
+    assert first["evictions"] == {"Deactivated": 1}, first
+    assert first["worker_pools"] == {PLAN_B_POOL}, first
+    assert facts["first_running_after_removal"] <= bound.to_plan_b() + 30, facts
+    assert_ran_once(first)
+    assert_ran_once(second)
