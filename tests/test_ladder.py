@@ -3,6 +3,7 @@ a message naming the setting, the value and what is allowed."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tpu_fallback.model.ladder import (
     parse_ladder,
     two_rungs,
 )
+from tpu_fallback.model.settings import CONFIG_KEYS, Settings, decode_config, parse_settings
 from tpu_fallback.model.validation import ConfigError
 
 V6E_4X4 = catalog.resolve_slice("v6e", "4x4")
@@ -158,3 +160,75 @@ def test_pool_and_flavor_names() -> None:
     refused([{"name": "spot", "kind": "spot", "maxSlices": 2},
              {"name": "spot-2", "kind": "onDemand", "maxSlices": 1}], 'ladder[1].name "spot-2"',
             "clashes with ladder[0]")
+
+
+# --------------------------------------------------------------------------------------------
+# The `ladder` key among the stack's settings
+# --------------------------------------------------------------------------------------------
+
+
+def stack(raw: dict[str, Any]) -> Settings:
+    return parse_settings(raw, "my-project")
+
+
+def stack_refused(raw: dict[str, Any], *needles: str) -> str:
+    with pytest.raises(ConfigError) as err:
+        stack(raw)
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+    return str(err.value)
+
+
+def test_without_a_ladder_the_two_plans_are_the_ladder() -> None:
+    settings = stack({})
+    assert settings.ladder is None
+    assert [(r.kind, r.pool, r.max_slices) for r in settings.capacity_ladder.rungs] == [
+        (ON_DEMAND, settings.on_demand.name, settings.on_demand.max_slices),
+        (FLEX_START, settings.flex_start.name, settings.flex_start.max_slices)]
+
+
+def test_a_ladder_replaces_the_two_plans() -> None:
+    # The CLI hands over Pulumi.yaml's onDemand/flexStart defaults too: left at them, they are no conflict.
+    settings = stack({"ladder": FOUR_RUNGS, "onDemand": {"name": "on-demand-pool", "maxSlices": 1},
+                      "flexStart": {"enabled": True, "name": "dws-pool", "maxSlices": 1}})
+    assert [r.name for r in settings.capacity_ladder.rungs] == ["reserved", "on-demand", "spot", "flex"]
+    assert settings.on_demand.max_slices == 0 and not settings.flex_start.active  # nothing of plan A/B is built
+    assert settings.fallback.enabled  # on by default, as with two plans
+    stack_refused({"ladder": FOUR_RUNGS, "onDemand": {"maxSlices": 2}}, "onDemand", "make it a rung")
+    stack_refused({"ladder": FOUR_RUNGS, "flexStart": {"maxSlices": 3}}, "flexStart", "make it a rung")
+
+
+def test_stack_rules_that_need_the_rest_of_the_config() -> None:
+    # flex-start where GKE offers none: the stack's own location decides
+    stack_refused({"ladder": FOUR_RUNGS, "location": "europe-west4-a"},
+                  "ladder[3].kind", "europe-west4-a")
+    assert stack({"ladder": FOUR_RUNGS, "location": "europe-west4-a", "allowUnlistedZone": True}).ladder is not None
+    # a rung's pool must not take the system pool's name
+    stack_refused({"ladder": [{"name": "od", "kind": "onDemand", "maxSlices": 1, "pool": "cpu"}],
+                   "systemPool": {"name": "cpu"}}, 'ladder[0].pool "cpu"', "systemPool.name")
+    # flexStart before spot is fine once its quota is capped
+    flex_first = [FOUR_RUNGS[3], FOUR_RUNGS[2]]
+    stack_refused({"ladder": flex_first}, "must be the last")
+    assert stack({"ladder": flex_first, "queues": {"capFlexStart": True}}).ladder is not None
+    # an on-demand quota needs an onDemand rung, and must admit one slice there
+    stack_refused({"ladder": [FOUR_RUNGS[2]], "queues": {"quotas": {"onDemand": {"cpu": 64, "memory": "128Gi"}}}},
+                  "queues.quotas.onDemand", "no onDemand rung")
+    stack_refused({"ladder": FOUR_RUNGS, "queues": {"quotas": {"onDemand": {"cpu": 10, "memory": "75Gi"}}}},
+                  "queues.quotas.onDemand", "must admit one 4x4 slice")
+    # the fallback moves jobs between rungs
+    stack_refused({"ladder": [FOUR_RUNGS[1]], "fallback": {"enabled": True}}, "fallback.enabled", "two rungs")
+    assert not stack({"ladder": [FOUR_RUNGS[1]]}).fallback.enabled
+
+
+def test_a_ladder_with_too_many_pools_for_one_cluster_queue() -> None:
+    # v6e 4x4 is multi-host: one pool (one flavor) per slice; 63 TPU flavors beside default-cpu is Kueue's limit
+    stack_refused({"ladder": [{"name": "od", "kind": "onDemand", "maxSlices": 40},
+                              {"name": "spot", "kind": "spot", "maxSlices": 24}]}, "ladder", "64 pools", "at most 64")
+    assert stack({"ladder": [{"name": "od", "kind": "onDemand", "maxSlices": 40},
+                             {"name": "spot", "kind": "spot", "maxSlices": 23}]}).ladder is not None
+
+
+def test_the_ladder_key_through_the_cli_strings() -> None:
+    raw = decode_config({"tpu-fallback:ladder": json.dumps(FOUR_RUNGS)})
+    assert raw["ladder"] == FOUR_RUNGS
+    assert "ladder" in CONFIG_KEYS

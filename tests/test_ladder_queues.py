@@ -10,7 +10,6 @@ from typing import Any
 from tests.conftest import schema_check
 from tpu_fallback.fallback.controller import Settings as ControllerSettings
 from tpu_fallback.model import catalog
-from tpu_fallback.model.ladder import Ladder, parse_ladder
 from tpu_fallback.model.queues import QueuePlan, queue_plan
 from tpu_fallback.model.settings import FallbackSettings, Settings, parse_settings
 from tpu_fallback.render import fallback as render_fallback
@@ -27,10 +26,7 @@ QUEUED_TAINT = {"key": "cloud.google.com/gke-queued", "value": "true", "effect":
 
 
 def ladder_settings(rungs: list[dict[str, Any]], raw: dict[str, Any] | None = None) -> Settings:
-    settings = parse_settings(raw or {}, "my-project")
-    ladder: Ladder = parse_ladder(rungs, settings.tpu, settings.location, cap_flex_start=settings.queues.cap_flex_start)
-    object.__setattr__(settings, "ladder", ladder)  # until Settings carries the parsed `ladder` key
-    return settings
+    return parse_settings({**(raw or {}), "ladder": rungs}, "my-project")
 
 
 def four_rung_plan() -> QueuePlan:
@@ -51,16 +47,22 @@ def test_one_flavor_per_rung_pool_in_ladder_order() -> None:
 
 def test_quotas_come_from_each_pools_size() -> None:
     plan = four_rung_plan()
-    chips = catalog.resolve_slice("v6e", "4x4").chips_per_slice
-    assert chips == 16
+    tpu = catalog.resolve_slice("v6e", "4x4")
+    assert (tpu.chips_per_slice, tpu.hosts_per_slice, tpu.machine.vcpus, tpu.machine.memory_gib) == (16, 4, 180, 720)
     quotas = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}
               for f in render.cluster_queue(plan)["spec"]["resourceGroups"][0]["flavors"]}
-    # one 4-host slice per pool: 16 chips, and the tutorial's plan A 10 cpu / 19200Mi per TPU host = 40 / 75Gi
+    chips = tpu.chips_per_slice
+    # one 4-host slice per pool: 16 chips, and its hosts' vCPUs and memory (4 x 180 vCPU, 4 x 720 GiB)
     for name in ("reserved", "reserved-2", "on-demand", "spot", "spot-2"):
-        assert quotas[name] == {"cpu": "40", "memory": "75Gi", "google.com/tpu": str(chips)}, name
+        assert quotas[name] == {"cpu": "720", "memory": "2880Gi", "google.com/tpu": str(chips)}, name
     # the queued rung: its first pool capped at one slice, the last unlimited (jobs wait there for DWS)
     assert quotas["flex"]["google.com/tpu"] == str(chips)
     assert quotas["flex-2"]["google.com/tpu"] == "1G"
+    # a configured on-demand quota applies to the onDemand rung only
+    configured = queue_plan(ladder_settings(FOUR_RUNGS, {"queues": {"quotas": {"onDemand": {"cpu": 64,
+                                                                                              "memory": "128Gi"}}}}))
+    assert configured.flavor("on-demand").quota["cpu"] == 64  # type: ignore[union-attr]
+    assert configured.flavor("spot").quota == plan.flavor("spot").quota  # type: ignore[union-attr]
 
 
 def test_the_spot_flavor_carries_the_spot_taint_and_only_the_queued_one_the_dws_check() -> None:

@@ -19,11 +19,12 @@ each of them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
-from tpu_fallback.model.validation import DNS_LABEL, fail, integer, object_, string
+from tpu_fallback.model.validation import DNS_LABEL, boolean, fail, integer, object_, string
 
 RESERVATION, ON_DEMAND, SPOT, FLEX_START = "reservation", capacity.ON_DEMAND, "spot", capacity.FLEX_START
 # The `kind` a stack file writes -> the kind's internal name (the plan names of the two-rung default, so today's
@@ -37,6 +38,8 @@ RESERVATION_KEYS = ("name", "size")
 # The flavor of the system pool (tpu_fallback.model.queues.SYSTEM_FLAVOR): no rung may take its name.
 SYSTEM_FLAVOR = "default-cpu"
 MAX_POOL_NAME = 40  # GKE node pool names
+# A ClusterQueue resource group lists at most 64 flavors (kueue.x-k8s.io/v1beta2 ResourceGroup.flavors MaxItems).
+MAX_FLAVORS = 64
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600  # flex-start's limit
 _POOL_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 _DURATION = re.compile(r"^\d+s$")
@@ -257,3 +260,41 @@ def check_names(ladder: Ladder, tpu: catalog.TpuSlice, system_pool: str) -> None
 def describe(rung: Rung) -> str:
     """`spot (spot, 2 slices)` for messages and reports."""
     return f"{rung.name} ({KIND_TEXT[rung.kind]}, {rung.max_slices} slice{'s' if rung.max_slices != 1 else ''})"
+
+
+def parse_stack_ladder(raw: Mapping[str, Any], tpu: catalog.TpuSlice, location: str, system_pool: str,
+                       cap_flex_start: bool, on_demand_quota_set: bool, plans: Mapping[str, object]) -> Ladder | None:
+    """A stack's `ladder` key (None without one), checked against the rest of its config: the ladder replaces
+    `onDemand` and `flexStart` (given `plans`, their parsed values, refused unless left at their defaults), a
+    configured `queues.quotas.onDemand` needs an onDemand rung, and the fallback needs two rungs or more."""
+    if raw.get("ladder") is None:
+        return None
+    for key, parsed in plans.items():
+        if parsed != type(parsed)():
+            raise fail(key, raw.get(key), "a stack with a ladder writes its capacity as rungs: make it a rung of the "
+                       f"ladder (kind: {key}) and leave {key} out")
+    ladder = parse_ladder(raw["ladder"], tpu, location, boolean("allowUnlistedZone", raw.get("allowUnlistedZone",
+                                                                                                False)),
+                          cap_flex_start, system_pool)
+    if on_demand_quota_set and not ladder.of_kind(ON_DEMAND):
+        raise fail("queues.quotas.onDemand", (raw.get("queues") or {}).get("quotas", {}).get("onDemand"),
+                   "the ladder has no onDemand rung to apply it to; leave it out (every rung's quota is its pools' "
+                   "size)")
+    fallback = raw.get("fallback") or {}
+    if isinstance(fallback, Mapping) and fallback.get("enabled") in (True, "true") and len(ladder.rungs) < 2:
+        raise fail("fallback.enabled", True, "the fallback moves jobs between rungs: it needs a ladder of two rungs "
+                   "or more")
+    flavors = 1 + sum(len(r.pools(tpu)) for r in ladder.rungs)
+    if flavors > MAX_FLAVORS:
+        raise fail("ladder", f"{flavors - 1} pools", f"each pool is a Kueue flavor and a ClusterQueue takes at most "
+                   f"{MAX_FLAVORS} (one is default-cpu): fewer maxSlices")
+    return ladder
+
+
+def on_demand_quota_slices(ladder: Ladder | None, on_demand_slices: int, on_demand_quota_set: bool) -> int:
+    """The slices whose on-demand quota queues.quotas.onDemand must admit (settings' check_quotas): plan A's; in a
+    ladder the onDemand rung's, and only when the quota is configured (every rung's own is its pools' size)."""
+    if ladder is None:
+        return on_demand_slices
+    rung = next(iter(ladder.of_kind(ON_DEMAND)), None)
+    return rung.max_slices if rung is not None and on_demand_quota_set else 0

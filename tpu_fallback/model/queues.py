@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from tpu_fallback.model import capacity
 from tpu_fallback.model.catalog import TpuSlice
 from tpu_fallback.model.labels import NODEPOOL_LABEL, TPU_RESOURCE
-from tpu_fallback.model.ladder import FLEX_START, ON_DEMAND, Ladder, two_rungs
+from tpu_fallback.model.ladder import FLEX_START, ON_DEMAND, Ladder
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.settings import Settings
 
@@ -95,33 +95,27 @@ def plan_flavors(plan: str, base: str, pools: tuple[capacity.PoolShape, ...], tp
     return flavors
 
 
-def capacity_ladder(settings: Settings) -> Ladder:
-    """The cluster's rungs: its `ladder`, or today's onDemand -> flexStart plans as the two-rung default."""
-    explicit: Ladder | None = getattr(settings, "ladder", None)
-    if explicit is not None:
-        return explicit
-    od, flex = settings.on_demand, settings.flex_start
-    return two_rungs(od.name, od.max_slices, od.reservation, flex.name, flex.max_slices, flex.active,
-                     flex.max_run_duration)
-
-
 def queue_plan(settings: Settings) -> QueuePlan:
     """Flavors in ladder order with quotas derived from each rung's pools' real capacity.
 
     Every rung's TPU quota is its pools' chips. Its cpu/memory: the queued (flex-start) rung's is the tutorial's
-    unlimited, or its pools' size with queues.capFlexStart; every other rung's is ON_DEMAND_QUOTA_PER_HOST per TPU
-    host (the tutorial's plan A figures), or queues.quotas.onDemand for the onDemand rung.
+    unlimited, or its pools' size with queues.capFlexStart; the onDemand rung's is queues.quotas.onDemand when set.
+    Otherwise today's plan A keeps the tutorial's ON_DEMAND_QUOTA_PER_HOST per TPU host, and a `ladder`'s rungs
+    get their pools' size (every host's vCPUs and memory), so a quota never admits less than its pool runs.
     """
     tpu, q = settings.tpu, settings.queues
-    ladder = capacity_ladder(settings)
+    ladder = settings.capacity_ladder
     flavors = [Flavor(SYSTEM_FLAVOR, {NODEPOOL_LABEL: settings.system_pool.name}, _quota(q.system_quota, 0))]
     for rung in ladder.rungs:
         total: Resources | None
         if rung.queued:
             total = capacity.pool_resources(tpu, rung.max_slices) if q.cap_flex_start else None
+        elif rung.kind == ON_DEMAND and q.on_demand_quota is not None:
+            total = q.on_demand_quota
+        elif ladder.explicit:
+            total = capacity.pool_resources(tpu, rung.max_slices)
         else:
-            configured = q.on_demand_quota if rung.kind == ON_DEMAND else None
-            total = capacity.on_demand_quota(configured, tpu, rung.max_slices)
+            total = capacity.on_demand_quota(None, tpu, rung.max_slices)
         flavors += plan_flavors(rung.kind, rung.flavor, rung.pools(tpu), tpu, total, rung.name)
     queued = ladder.queued
     duration = queued.max_run_duration if queued is not None else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model.ladder import Ladder, on_demand_quota_slices, parse_stack_ladder, two_rungs
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.settings.cluster import (
     GKE_VERSION,
@@ -69,6 +70,8 @@ class Settings:
     multikueue: MultiKueueSettings = field(default_factory=MultiKueueSettings)
     existing_cluster: ExistingClusterSettings | None = None
     node_account_id: str = ""  # the nodes' service account id; set by the parser, unique among the stack's clusters
+    # The `ladder` key's rungs (tpu_fallback.model.ladder); None: onDemand -> flexStart. See capacity_ladder.
+    ladder: Ladder | None = None
 
     @property
     def region(self) -> str:
@@ -79,12 +82,22 @@ class Settings:
         """The on-demand flavor's cpu/memory quota: configured, or derived from plan A's TPU hosts."""
         return capacity.on_demand_quota(self.queues.on_demand_quota, self.tpu, self.on_demand.max_slices)
 
+    @property
+    def capacity_ladder(self) -> Ladder:
+        """The cluster's rungs, most preferred first: its `ladder`, or today's plan A (onDemand) -> plan B
+        (flexStart) as the two-rung default, whose pools, flavors and components keep their names."""
+        if self.ladder is not None:
+            return self.ladder
+        od, flex = self.on_demand, self.flex_start
+        return two_rungs(od.name, od.max_slices, od.reservation, flex.name, flex.max_slices, flex.active,
+                         flex.max_run_duration)
+
 
 # The project's config keys (Pulumi.yaml declares the same ones).
 CONFIG_KEYS = (
     "clusterName", "location", "gkeVersion", "systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues",
     "deletionProtection", "protect", "enableApis", "secureBoot", "maintenance", "network", "multikueue",
-    "existingCluster", "kubeconfig", "allowUnlistedZone", "fallback",
+    "existingCluster", "kubeconfig", "allowUnlistedZone", "fallback", "ladder",
 )
 # What only a cluster this stack creates uses (config key -> Settings field): refused in existing-cluster mode
 # when set to anything but its default, rather than silently ignored. (The CLI hands over Pulumi.yaml's
@@ -127,9 +140,15 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     flex_start = parse_flex_start(raw.get("flexStart"))
     kueue = parse_kueue(raw.get("kueue"))
     queues = parse_queues(raw.get("queues"))
-    fallback = parse_fallback(raw.get("fallback"), kueue, on_demand.max_slices > 0 and flex_start.active)
+    ladder = parse_stack_ladder(raw, tpu, location, system_pool.name, queues.cap_flex_start,
+                                queues.on_demand_quota is not None, {"onDemand": on_demand, "flexStart": flex_start})
+    if ladder is not None:  # its rungs replace plan A and plan B
+        on_demand, flex_start = OnDemandSettings(max_slices=0), FlexStartSettings(enabled=False)
+    fallback = parse_fallback(raw.get("fallback"), kueue, on_demand.max_slices > 0 and flex_start.active
+                              if ladder is None else len(ladder.rungs) > 1)
 
-    check_plans(tpu, on_demand, flex_start)
+    if ladder is None:
+        check_plans(tpu, on_demand, flex_start)
     allow_unlisted_zone = boolean("allowUnlistedZone", raw.get("allowUnlistedZone", defaults.allow_unlisted_zone))
     if not allow_unlisted_zone:
         check_zone(location, tpu.family, flex_start)
@@ -155,8 +174,9 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         secure_boot=boolean("secureBoot", raw.get("secureBoot", defaults.secure_boot)),
         maintenance=parse_maintenance(raw.get("maintenance")),
         network=parse_network(raw.get("network")),
+        ladder=ladder,
     )
-    check_quotas(queues, tpu, on_demand.max_slices)
+    check_quotas(queues, tpu, on_demand_quota_slices(ladder, on_demand.max_slices, queues.on_demand_quota is not None))
     created_only = [k for k, attr in _CREATED_CLUSTER_ONLY.items()
                     if getattr(settings, attr) != getattr(defaults, attr)]
     settings = replace(settings, node_account_id=node_account_ids([cluster_name])[0],
@@ -174,7 +194,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
 
 
 _OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance", "network",
-                          "multikueue", "existingCluster", "fallback"})
+                          "multikueue", "existingCluster", "fallback", "ladder"})
 
 
 def decode_config(values: Mapping[str, str]) -> dict[str, Any]:
