@@ -6,8 +6,9 @@
 (Kueue's admission latency on a real control plane is measured by `python -m tests.e2e.benchmark`.)
 
 Each scenario runs in a fresh interpreter (so peak memory is its own): the dev stack (`dev`); the multi-region
-stack with 1, 3, 10 and 20 workers (`workers:N`); the jobs stack with 1, 10 and 100 jobs (`jobs:N`). Figures
-are printed, never asserted: they belong in docs/measurements.md, not in a timed test.
+stack with 1, 3, 10 and 20 workers (`workers:N`); the jobs stack with 1, 10 and 100 jobs (`jobs:N`). Wall time
+and CPU time (the second hardly moves when the machine is busy). Figures are printed, never asserted: they belong
+in docs/measurements.md, not in a timed test.
 """
 
 from __future__ import annotations
@@ -49,18 +50,20 @@ def multikueue_overrides(workers: int) -> dict[str, Any]:
 def measure(kind: str, n: int) -> dict[str, Any]:
     from tpu_fallback.offline.mockrun import REPO_ROOT, infra_references, run_program
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if kind == "dev":
         run = run_program(REPO_ROOT, "dev")
     elif kind == "workers":
         run = run_program(REPO_ROOT, "global", multikueue_overrides(n))
     else:
         refs = infra_references(REPO_ROOT / "jobs", "dev")
-        started = time.perf_counter()  # time the jobs program only, not the infra render it reads
+        # time the jobs program only, not the infra render it reads
+        started, cpu_started = time.perf_counter(), time.process_time()
         run = run_program(REPO_ROOT / "jobs", "dev", {"jobs": [{"name": "bench", "count": n}]}, stack_references=refs)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"resources": len(run.resources), "seconds": round(elapsed, 3), "peak_mib": round(peak_kib / 1024, 1)}
+    return {"resources": len(run.resources), "seconds": round(elapsed, 3), "cpu_seconds": round(cpu, 3),
+            "peak_mib": round(peak_kib / 1024, 1)}
 
 
 def scenario(text: str) -> tuple[str, int]:
@@ -96,7 +99,7 @@ def main(argv: Sequence[str]) -> int:
             return 1
         figures = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{label(kind, n):<28} {figures['resources']:>6} resources  {figures['seconds']:>7.2f} s"
-              f"  {figures['peak_mib']:>7.1f} MiB peak", flush=True)
+              f"  {figures['cpu_seconds']:>7.2f} CPU s  {figures['peak_mib']:>7.1f} MiB peak", flush=True)
     return 0
 
 
