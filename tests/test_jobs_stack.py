@@ -57,7 +57,7 @@ def without_env(obj: Any) -> Any:
 
 def not_elastic(obj: Any) -> Any:
     """The tutorial's RayJob without its elasticity, which the dev stack leaves out on purpose: a v6e 4x4 slice
-    spans 4 hosts, and a multi-host scale-up can never work here (jobs.py refuses it; README "Elastic jobs")."""
+    spans 4 hosts, and a multi-host scale-up can never work here (jobs.py refuses it; docs/jobs.md, "Elastic jobs")."""
     obj = copy.deepcopy(obj)
     obj["metadata"].pop("annotations")
     cluster = obj["spec"]["rayClusterSpec"]
