@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -377,7 +378,8 @@ def test_random_mutations_end_in_a_clear_error_or_an_acceptable_plan(stack: str)
             outcomes["accepted"] += 1
     assert outcomes["refused"] > 0  # the mutations do reach the rules
     try:  # the accepted plans against the real CRD schemas, where they are on this machine (./scripts/test builds
-        report = schemacheck.check_with_extra(accepted_objects)  # them; test_schemacheck.py says when they are not)
-    except schemacheck.CrdsUnavailableError:
+        report = schemacheck.check_with_extra(accepted_objects)  # them first)
+    except schemacheck.CrdsUnavailableError as err:  # the rest of the test ran: say what did not, without skipping it
+        warnings.warn(f"the accepted plans were not checked against the CRD schemas: {err}", stacklevel=1)
         return
     assert report.ok, report.text()

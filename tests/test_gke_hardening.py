@@ -161,7 +161,8 @@ def test_tpu_pools_have_secure_boot_unless_turned_off() -> None:
 
 def test_network_private_nodes_and_authorized_networks() -> None:
     net = {"network": "tpu-vpc", "subnetwork": "projects/my-host-proj/regions/us-east5/subnetworks/tpu-subnet",
-           "privateNodes": True, "authorizedNetworks": ["10.0.0.0/8", "192.168.1.0/24"]}
+           "privateNodes": True, "authorizedNetworks": ["10.0.0.0/8", "192.168.1.0/24"],
+           "cloudNat": False}  # a Shared VPC subnet: its host project's admins provide egress (tests/test_hardened.py)
     cluster = infra("dev", {"network": net}).one(CLUSTER).inputs
     assert cluster["network"] == "tpu-vpc" and cluster["subnetwork"] == net["subnetwork"]
     assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}

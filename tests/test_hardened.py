@@ -8,7 +8,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.conftest import infra
+from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, infra_references, run_program
 
 JOBS = REPO_ROOT / "jobs"
@@ -95,3 +98,88 @@ def test_the_default_pool_created_and_removed_runs_as_the_stacks_node_account() 
             assert node_config["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
             # Clusters made before this was set keep their (removed) pool's config rather than being replaced.
             assert cluster.options["ignoreChanges"] == ["nodeConfig"]
+
+
+# 1. Private nodes with their egress ------------------------------------------------------------------------------
+
+ROUTER = "gcp:compute/router:Router"
+NAT = "gcp:compute/routerNat:RouterNat"
+ADDRESS = "gcp:compute/address:Address"
+PRIVATE = {"privateNodes": True}
+
+
+def test_private_nodes_get_a_cloud_router_and_nat_in_their_region() -> None:
+    run = infra("dev", {"network": PRIVATE})
+    (router,) = run.of_type(ROUTER)
+    (nat,) = run.of_type(NAT)
+    assert (router.inputs["region"], router.inputs["network"]) == ("us-east5", "default")
+    assert nat.inputs["router"] == router.inputs["name"] and nat.inputs["region"] == "us-east5"
+    # Every range of every subnet (nodes and Pods), addresses allocated by Google.
+    assert nat.inputs["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    assert nat.inputs["natIpAllocateOption"] == "AUTO_ONLY" and not run.of_type(ADDRESS)
+    # Kueue's images come through it: its release waits for the NAT.
+    assert run.depends_on(run.one(RELEASE), nat)
+    assert run.one(CLUSTER).inputs["privateClusterConfig"] == {"enablePrivateNodes": True}
+
+
+def test_no_nat_with_public_nodes_or_when_the_project_brings_its_own() -> None:
+    for network in ({}, {"privateNodes": True, "cloudNat": False}, {"authorizedNetworks": ["10.0.0.0/8"]}):
+        run = infra("dev", {"network": network})
+        assert not run.of_type(ROUTER) and not run.of_type(NAT), network
+
+
+def test_one_nat_per_region_of_a_multi_region_stack() -> None:
+    run = infra("global", {"network": PRIVATE})
+    # The manager (europe-west4) and the europe worker (europe-west4-a) share a region and so a NAT: a second NAT
+    # for all ranges in one region's network is refused by Cloud NAT.
+    assert sorted(n.inputs["region"] for n in run.of_type(NAT)) == ["asia-northeast1", "europe-west4", "us-east5"]
+    assert not run.of_type(ADDRESS)  # no authorized networks: nothing to add to them
+
+
+# 2. MultiKueue and authorized networks ---------------------------------------------------------------------------
+
+
+def test_workers_authorize_the_managers_static_egress() -> None:
+    authorized = ["10.0.0.0/8"]
+    run = infra("global", {"network": {"privateNodes": True, "authorizedNetworks": authorized}})
+    (address,) = run.of_type(ADDRESS)
+    assert address.inputs["region"] == "europe-west4" and address.inputs["addressType"] == "EXTERNAL"
+    nats = {n.inputs["region"]: n.inputs for n in run.of_type(NAT)}
+    assert nats["europe-west4"]["natIpAllocateOption"] == "MANUAL_ONLY"
+    assert [ip.rsplit("/", 1)[-1] for ip in nats["europe-west4"]["natIps"]] == [address.name]
+    assert nats["us-east5"]["natIpAllocateOption"] == "AUTO_ONLY"
+    blocks = {c.inputs["name"]: [b["cidrBlock"] for b in c.inputs["masterAuthorizedNetworksConfig"]["cidrBlocks"]]
+              for c in run.of_type(CLUSTER)}
+    assert blocks.pop("tpu-global-manager") == authorized
+    egress = {tuple(b) for b in blocks.values()}
+    assert len(blocks) == 3 and len(egress) == 1, blocks
+    (worker_blocks,) = egress
+    assert worker_blocks[:1] == tuple(authorized) and len(worker_blocks) == 2
+    assert worker_blocks[1].endswith("/32") and worker_blocks[1] not in authorized
+
+
+def refused(overrides: dict[str, Any], stack: str, fragments: list[str]) -> None:
+    run = run_program(REPO_ROOT, stack, overrides, raise_errors=False)
+    assert isinstance(run.error, ConfigError), repr(run.error)
+    assert "\n" not in str(run.error)
+    for fragment in fragments:
+        assert fragment in str(run.error), str(run.error)
+    assert run.resources == []
+
+
+SHARED_SUBNET = "projects/my-host-proj/regions/us-east5/subnetworks/tpu-subnet"
+
+
+@pytest.mark.parametrize(("stack", "network", "fragments"), [
+    ("global", {"authorizedNetworks": ["10.0.0.0/8"]},
+     ["network.authorizedNetworks with multikueue enabled needs network.privateNodes true", "change with each node"]),
+    ("global", {"authorizedNetworks": ["10.0.0.0/8"], "privateNodes": True, "cloudNat": False},
+     ["network.cloudNat false is invalid with multikueue and network.authorizedNetworks", "set network.cloudNat true"]),
+    ("dev", {"cloudNat": True}, ["network.cloudNat", "applies to private nodes only"]),
+    ("dev", {"cloudNat": "yes"}, ["network.cloudNat"]),
+    ("dev", {"privateNodes": True, "subnetwork": SHARED_SUBNET},
+     ["network.cloudNat true is invalid with a Shared VPC network of host project my-host-proj", "cloudNat false"]),
+])
+def test_egress_that_cannot_work_is_refused_with_the_reason(stack: str, network: dict[str, Any],
+                                                             fragments: list[str]) -> None:
+    refused({"network": network}, stack, fragments)

@@ -57,6 +57,7 @@ class Informer:
         self.kind = kind
         self.lists = 0  # LISTs made (1 unless the watch fell too far behind)
         self.events = 0  # watch events applied
+        self.watches = 0  # watches opened (one more each time the server ends one)
         self.error: str | None = None  # the last failure, None once a LIST or WATCH works again
         self._store: dict[Key, Obj] = {}
         self._tombstones: dict[Key, float] = {}  # key -> until when the watch's news of it are ignored
@@ -158,6 +159,7 @@ class Informer:
         """One watch from `version`: apply its events; returns where the next one starts (None: LIST again)."""
         stream = self.client.watch(self.api_version, self.kind, version, timeout_seconds=WATCH_SECONDS)
         self._stream = stream
+        self.watches += 1
         try:
             if self._stop.is_set():
                 return version

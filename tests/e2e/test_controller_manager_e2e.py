@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -165,7 +164,10 @@ def test_an_informer_follows_the_api_server_across_watch_restarts(plane: Control
     informer = inf.Informer(client, "v1", "ConfigMap").start()
     try:
         assert (informer.get("before", ns) or {}).get("data") == {"k": "v"}  # from the LIST
-        time.sleep(2.5)  # two watches ended by the server by now
+        # Two watches ended by the server (after its 1 s) and opened again from where they were, no LIST between.
+        client.wait_for(lambda: informer.watches >= 3, TIMEOUT, "the server to end two watches and the informer to "
+                        "open them again")
+        assert informer.lists == 1
         client.apply({**configmap("after", ns), "data": {"k": "1"}})
         client.wait_for(lambda: informer.get("after", ns), TIMEOUT, "the new ConfigMap in the informer")
         client.apply({**configmap("after", ns), "data": {"k": "2"}})

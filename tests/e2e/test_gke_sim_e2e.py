@@ -96,25 +96,14 @@ def test_tutorial_job_1_runs_on_plan_a_job_2_waits_for_dws_then_runs_on_plan_b(b
     assert first.running is not None and second.running is not None and first.running < second.running
 
 
-class SliceSplitError(AssertionError):
-    """A slice's worker pods ran on nodes of more than one node pool (two pools are two ICI slices on GKE)."""
-
-
-def test_two_on_demand_slices_each_slice_runs_in_one_node_pool(box: Box, request: pytest.FixtureRequest) -> None:
+def test_two_on_demand_slices_each_slice_runs_in_one_node_pool(box: Box) -> None:
     """onDemand.maxSlices 2: two multi-host pools. Every slice's 4 workers must land in ONE pool, whatever order the
-    pods and the nodes appear in (gs.SPLIT_VARIANTS, one after the other on one cluster).
-
-    Expected to fail (strict xfail, only on SliceSplitError) while the plan has a flavor that selects more than one
-    multi-host pool: nothing then keeps a RayJob's workers in one pool and the scheduler spreads them. A plan with
-    one flavor per pool makes it pass; a fix of another kind (TAS, pod affinity) makes it XPASS: drop the xfail.
+    pods and the nodes appear in (gs.SPLIT_VARIANTS, one after the other on one cluster). The plan gives each
+    multi-host pool a flavor of its own, which keeps a RayJob's workers in one pool; with a flavor spanning pools,
+    nothing would, and the scheduler spread a slice over both pools' nodes (two pools are two ICI slices on GKE).
     """
     infra = gs.TWO_SLICES.render()
-    shared = gs.flavors_spanning_pools(infra, pools_from_plan(infra))
-    if shared:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=SliceSplitError, reason=(
-            f"flavor(s) {shared} select several multi-host node pools; nothing keeps a RayJob's workers in one pool, "
-            "so the scheduler spreads a slice over both pools' nodes (fix pending: one flavor per pool, TAS over "
-            "cloud.google.com/gke-nodepool, or pod affinity in the RayJob)")))
+    assert gs.flavors_spanning_pools(infra, pools_from_plan(infra)) == {}
     with box.cluster(gs.TWO_SLICES, infra) as (client, sim, infra):
         out = gs.run_two_slices(client, sim, infra)
         report(out)
@@ -132,12 +121,10 @@ def test_two_on_demand_slices_each_slice_runs_in_one_node_pool(box: Box, request
                 split = split or len(pools) > 1
     summary = "\n".join(lines)
     print(summary)
-    if split:
-        raise SliceSplitError(f"slices split across node pools {out.facts['pools']}:\n{summary}")
+    assert not split, f"slices split across node pools {out.facts['pools']}:\n{summary}"
 
 
-def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Box, request: pytest.FixtureRequest
-                                                                          ) -> None:
+def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Box) -> None:
     """The prod stack: 8 jobs from two namespaces, 6 fit (2 on plan A, 4 on plan B capped at 4 slices), 2 wait.
 
     Every CPU PodSet (the Ray head, the submitter) is pinned to the system pool: unpinned, Kueue gives it a TPU
@@ -173,24 +160,20 @@ def test_prod_two_namespaces_capped_plan_b_jobs_queue_and_drain_in_order(box: Bo
         assert pool == "default-pool" or nodes <= 4, out.facts["max_nodes"]
     for r in records:
         assert r.state == "Complete", (r.key, r.state)
-    # Every DWS slice ran in the one pool its ProvisioningRequest got. Plan A's slices only where no flavor spans
-    # both on-demand pools: otherwise they may split (the known problem test_two_on_demand_slices_... shows).
-    spanning = gs.flavors_spanning_pools(infra, list(sim.pools.values()))
-    for r, plan in zip(records, tpu, strict=True):
+    # Every slice ran in one pool: a DWS slice in the one its ProvisioningRequest got, a plan A slice in the one its
+    # flavor selects (one flavor per multi-host pool).
+    assert gs.flavors_spanning_pools(infra, list(sim.pools.values())) == {}
+    for r in records:
         split = {replica: pools for replica, pools in r.worker_pools().items() if len(pools) > 1}
-        if split and plan == "on-demand" and spanning:
-            print(f"  known problem: {r.key} slice split over {split}")
-            continue
         assert not split, (r.key, split)
     assert out.facts["queue_idle"]
 
 
 # What a stock-out of plan A does with the tutorial's setup (gs.STOCKOUT: fallback off; this module's Kueue runs
 # without waitForPodsReady): Kueue admitted the job on plan A's *quota*, the autoscaler cannot get the VMs, and the
-# job waits there while plan B stays idle (Kueue falls back on quota, not on a stock-out). The project's fallback
-# (waitForPodsReady plus the fallback controller) is tested in test_stockout_fallback_e2e.py; this stays the
-# baseline. Running this scenario with the fallback on would flip this to True, and the test would assert it.
-STOCKOUT_FALLS_BACK_TO_PLAN_B = False
+# job waits there while plan B stays idle (Kueue falls back on quota, not on a stock-out). This stays the baseline;
+# the project's fallback (waitForPodsReady plus the fallback controller) moving such a job to plan B is tested in
+# test_stockout_fallback_e2e.py.
 
 
 def test_plan_a_stockout_as_it_is_today_then_capacity_returns_then_a_preemption(box: Box) -> None:
@@ -203,17 +186,13 @@ def test_plan_a_stockout_as_it_is_today_then_capacity_returns_then_a_preemption(
     assert facts["failed_scale_up"], facts
     assert any("in backoff after failed scale-up" in m for m in facts["not_triggered"]), facts["not_triggered"]
     plan_during = ",".join(sorted({plans(infra, sim)[f] for f in facts["flavors_during"].get(TPU_GROUP, ())}))
-    if STOCKOUT_FALLS_BACK_TO_PLAN_B:
-        assert plan_during == "flex-start", facts
-        assert facts["pools_during"] == {"dws-pool"}, facts
-    else:
-        # Stuck on on-demand: admitted there, its pods Pending, no node anywhere, no ProvisioningRequest.
-        assert plan_during == "on-demand", facts
-        assert not facts["running_during"], facts
-        assert facts["nodes_during"] == ["default-pool"], facts
-        assert facts["requests_during"] == {}, facts
-        # Capacity returns: the next scale-up works and the job runs on plan A after all.
-        assert facts["pools_after"] == {"on-demand-pool"}, facts
+    # Stuck on on-demand: admitted there, its pods Pending, no node anywhere, no ProvisioningRequest.
+    assert plan_during == "on-demand", facts
+    assert not facts["running_during"], facts
+    assert facts["nodes_during"] == ["default-pool"], facts
+    assert facts["requests_during"] == {}, facts
+    # Capacity returns: the next scale-up works and the job runs on plan A after all.
+    assert facts["pools_after"] == {"on-demand-pool"}, facts
     # GCE preempts the slice: KubeRay recreates the workers, the autoscaler brings a new slice, the job goes on
     # (the sim has no Ray: the Ray job itself does not notice).
     assert len(facts["preempted"]) == 4, facts["preempted"]

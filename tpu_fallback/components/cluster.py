@@ -39,6 +39,8 @@ class GkeClusterArgs:
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs everything here waits for
+    # Authorized besides network.authorizedNetworks: a MultiKueue worker admits the manager's static egress.
+    extra_authorized_networks: pulumi.Input[Sequence[str]] | None = None
 
 
 def iam_member_name(prefix: str, role: str) -> str:
@@ -67,7 +69,8 @@ def maintenance_policy(maintenance: MaintenanceSettings) -> dict[str, Any]:
     return policy
 
 
-def network_arguments(network: NetworkSettings) -> dict[str, Any]:
+def network_arguments(network: NetworkSettings, extra_authorized: pulumi.Input[Sequence[str]] | None = None
+                      ) -> dict[str, Any]:
     """VPC, private nodes and control-plane authorized networks; nothing set keeps GKE's defaults."""
     arguments: dict[str, Any] = {}
     if network.network:
@@ -77,10 +80,11 @@ def network_arguments(network: NetworkSettings) -> dict[str, Any]:
     if network.private_nodes:
         arguments["private_cluster_config"] = {"enable_private_nodes": True}
     if network.authorized_networks:
-        arguments["master_authorized_networks_config"] = {
-            "cidr_blocks": [{"cidr_block": cidr, "display_name": f"authorized-{i + 1}"}
-                            for i, cidr in enumerate(network.authorized_networks)],
-        }
+        blocks = [{"cidr_block": cidr, "display_name": f"authorized-{i + 1}"}
+                  for i, cidr in enumerate(network.authorized_networks)]
+        arguments["master_authorized_networks_config"] = {"cidr_blocks": blocks if extra_authorized is None else (
+            pulumi.Output.from_input(extra_authorized).apply(lambda cidrs: blocks + [
+                {"cidr_block": cidr, "display_name": f"multikueue-manager-{i + 1}"} for i, cidr in enumerate(cidrs)]))}
     return arguments
 
 
@@ -146,7 +150,7 @@ class GkeCluster(pulumi.ComponentResource):
             addons_config={"ray_operator_configs": [{"enabled": True}]},
             deletion_protection=args.deletion_protection,
             maintenance_policy=maintenance_policy(args.maintenance),
-            **network_arguments(args.network),
+            **network_arguments(args.network, args.extra_authorized_networks),
             # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
             # nodeConfig describes only that removed default pool: ignored after creation, so clusters made before
             # it was set are not replaced for it (node_config and its service_account are ForceNew: terraform-provider-

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.cluster import GkeCluster, GkeClusterArgs
 from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
+from tpu_fallback.components.egress import PrivateEgress
 from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs, kueue_metrics
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
@@ -101,6 +102,7 @@ class WorkerAccess(pulumi.ComponentResource):
 class MultiKueuePlatformArgs:
     settings: Settings  # validated settings with multikueue enabled
     apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs every cluster waits for
+    egress: PrivateEgress | None = None  # the private nodes' Cloud NATs (the manager's with static addresses)
 
 
 class MultiKueuePlatform(pulumi.ComponentResource):
@@ -123,7 +125,12 @@ class MultiKueuePlatform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         # Workers: full plan A / plan B clusters, each depending only on its own cluster.
-        self.workers = {w.name: TpuPlatform(w.settings.cluster_name, TpuPlatformArgs(w.settings, args.apis), opts=child)
+        # With authorized networks each worker admits the manager's static egress (model/egress.py).
+        manager_egress = (args.egress.static_cidrs if args.egress and settings.network.authorized_networks
+                          else None)
+        self.workers = {w.name: TpuPlatform(w.settings.cluster_name,
+                                            TpuPlatformArgs(w.settings, args.apis, args.egress, manager_egress),
+                                            opts=child)
                         for w in mk.workers}
 
         manager = mk.manager
@@ -150,7 +157,8 @@ class MultiKueuePlatform(pulumi.ComponentResource):
         self.kueue = Kueue(
             f"{manager.cluster_name}-kueue",
             KueueArgs(settings.kueue, None if manager.autopilot else settings.system_pool.name,
-                      after=[self.manager.system_pool] if self.manager.system_pool else []),
+                      after=[*([self.manager.system_pool] if self.manager.system_pool else []),
+                             *(args.egress.nats if args.egress else [])]),
             opts=on_manager,
         )
         provider_opts = pulumi.ResourceOptions(parent=self, provider=self.manager.provider)

@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 
 from tpu_fallback.components.cluster import GkeCluster, GkeClusterArgs
 from tpu_fallback.components.custom_resource import custom_resource, kubernetes_object
+from tpu_fallback.components.egress import PrivateEgress
 from tpu_fallback.components.fallback import FallbackController, FallbackControllerArgs
 from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
@@ -26,6 +27,9 @@ from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kue
 class TpuPlatformArgs:
     settings: Settings  # validated settings of this cluster (the stack's, or one MultiKueue worker's)
     apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs the cluster waits for
+    egress: PrivateEgress | None = None  # the private nodes' Cloud NAT: Kueue's images come through it
+    # A MultiKueue worker's: the manager's static egress CIDRs, added to this cluster's authorized networks.
+    manager_egress: pulumi.Input[Sequence[str]] | None = None
 
 
 class TpuPlatform(pulumi.ComponentResource):
@@ -58,6 +62,7 @@ class TpuPlatform(pulumi.ComponentResource):
                 maintenance=settings.maintenance,
                 network=settings.network,
                 apis=args.apis,
+                extra_authorized_networks=args.manager_egress,
             ),
             opts=child,
         )
@@ -91,8 +96,9 @@ class TpuPlatform(pulumi.ComponentResource):
         # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
         # by label), so they are installed while GKE is still creating the pools.
         on_cluster = pulumi.ResourceOptions(parent=self, providers=[self.cluster.provider])
-        system_pool = [self.cluster.system_pool] if self.cluster.system_pool else []
-        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster, after=system_pool)
+        after = [*([self.cluster.system_pool] if self.cluster.system_pool else []),
+                 *(args.egress.nats if args.egress else [])]
+        self.kueue, self.queue_plan, self.queues = install_queues(name, settings, on_cluster, after=after)
         self.outputs = self._outputs()
         self.register_outputs(self.outputs.exports())
 

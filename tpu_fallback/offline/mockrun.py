@@ -234,6 +234,9 @@ class _Mocks(mocks.Mocks):
             return f"projects/{state.get('project')}/locations/{state.get('location')}/clusters/{state['name']}", state
         if args.typ == "gcp:serviceaccount/account:Account":
             state["email"] = f"{state.get('accountId')}@{state.get('project')}.iam.gserviceaccount.com"
+        if args.typ == "gcp:compute/address:Address":  # a reserved address: TEST-NET-2, never a real one
+            state.setdefault("address", f"198.51.100.{sum(args.name.encode()) % 254 + 1}")
+            state["selfLink"] = f"projects/{state.get('project')}/regions/{state.get('region')}/addresses/{args.name}"
         if args.typ == "kubernetes:core/v1:Secret" and "data" not in state:
             state["data"] = {}
         return f"{args.name}-id", state

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pulumi
 
 from tpu_fallback.components.apis import MONITORING_APIS, REQUIRED_APIS, ProjectApis, ProjectApisArgs
+from tpu_fallback.components.egress import PrivateEgress, PrivateEgressArgs
 from tpu_fallback.components.existing import ExistingClusterPlatform, ExistingClusterPlatformArgs
 from tpu_fallback.components.monitoring import KueueDashboard, KueueDashboardArgs
 from tpu_fallback.components.multikueue import MultiKueuePlatform, MultiKueuePlatformArgs
 from tpu_fallback.components.platform import TpuPlatform, TpuPlatformArgs
+from tpu_fallback.model.egress import stack_nat_gateways
 from tpu_fallback.model.settings import PROJECT, Settings, decode_config, parse_settings
 from tpu_fallback.model.validation import check_config_namespaces
 from tpu_fallback.programs.config import all_config, gcp_provider_keys, reported_cleanly, secret_keys
@@ -35,11 +37,14 @@ def main() -> None:
     services = (*REQUIRED_APIS, *(MONITORING_APIS if settings.kueue.pod_monitoring else ()))
     apis = (ProjectApis(f"{settings.cluster_name}-apis", ProjectApisArgs(settings.project, services)).services
             if settings.enable_apis else [])
+    gateways = stack_nat_gateways(settings)  # private nodes' Cloud NAT, one per region (model/egress.py)
+    egress = (PrivateEgress(f"{settings.cluster_name}-egress", PrivateEgressArgs(settings.project, gateways, apis))
+              if gateways else None)
     platform: TpuPlatform | MultiKueuePlatform
     if settings.multikueue.enabled:
-        platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings, apis))
+        platform = MultiKueuePlatform(settings.cluster_name, MultiKueuePlatformArgs(settings, apis, egress))
     else:
-        platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings, apis))
+        platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings, apis, egress))
     if settings.kueue.pod_monitoring:
         KueueDashboard(f"{settings.cluster_name}-kueue", KueueDashboardArgs(
             settings.project, f"Kueue: {settings.cluster_name} (tpu-fallback)", apis))

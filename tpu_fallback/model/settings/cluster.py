@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_fallback.model import catalog
+from tpu_fallback.model.egress import parse_cloud_nat
 from tpu_fallback.model.settings.common import CLUSTER_NAME, REGION, ZONE, boolean_enabled
 from tpu_fallback.model.validation import boolean, fail, object_, string
 
@@ -46,6 +47,7 @@ class NetworkSettings:
     subnetwork: str | None = None
     private_nodes: bool = False  # nodes without external IPs (needs Cloud NAT for image pulls from the internet)
     authorized_networks: tuple[str, ...] = ()  # CIDRs allowed to reach the control plane; () = no restriction
+    cloud_nat: bool = False  # a Cloud Router and NAT per region for the private nodes (model/egress.py)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def parse_maintenance(value: Any) -> MaintenanceSettings:
 
 def parse_network(value: Any) -> NetworkSettings:
     d = NetworkSettings()
-    obj = object_("network", value, ("network", "subnetwork", "privateNodes", "authorizedNetworks"))
+    obj = object_("network", value, ("network", "subnetwork", "privateNodes", "authorizedNetworks", "cloudNat"))
     refs = {}
     for key in ("network", "subnetwork"):
         if obj.get(key) is not None:
@@ -119,11 +121,13 @@ def parse_network(value: Any) -> NetworkSettings:
             cidrs.append(str(ipaddress.ip_network(string(f"network.authorizedNetworks[{i}]", cidr))))
         except ValueError:
             raise fail(f"network.authorizedNetworks[{i}]", cidr, "expected a CIDR block such as 10.0.0.0/8") from None
+    private_nodes = boolean("network.privateNodes", obj.get("privateNodes", d.private_nodes))
     return NetworkSettings(
         network=refs.get("network", d.network),
         subnetwork=refs.get("subnetwork", d.subnetwork),
-        private_nodes=boolean("network.privateNodes", obj.get("privateNodes", d.private_nodes)),
+        private_nodes=private_nodes,
         authorized_networks=tuple(cidrs),
+        cloud_nat=parse_cloud_nat(obj.get("cloudNat"), private_nodes),
     )
 
 

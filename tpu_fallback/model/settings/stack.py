@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model.egress import check_egress, check_multikueue_reachability
 from tpu_fallback.model.ladder import Ladder, on_demand_quota_slices, parse_stack_ladder, two_rungs
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.settings.cluster import (
@@ -177,6 +178,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
         ladder=ladder,
     )
     check_quotas(queues, tpu, on_demand_quota_slices(ladder, on_demand.max_slices, queues.on_demand_quota is not None))
+    check_egress(project, settings.network)
     created_only = [k for k, attr in _CREATED_CLUSTER_ONLY.items()
                     if getattr(settings, attr) != getattr(defaults, attr)]
     settings = replace(settings, node_account_id=node_account_ids([cluster_name])[0],
@@ -184,6 +186,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
                                                                created_only, secret_keys))
     multikueue = parse_multikueue(raw, settings, lambda worker_raw: parse_settings(worker_raw, project))
     if multikueue.enabled:
+        check_multikueue_reachability(settings.network)
         settings = replace(settings, multikueue=multikueue)
     return settings
 
