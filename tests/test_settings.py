@@ -27,8 +27,8 @@ def test_defaults_are_the_tutorial() -> None:
 def test_the_parser_takes_every_default_from_the_settings_dataclasses() -> None:
     # Each default is written once, on its dataclass field: the parser given nothing (or empty objects) builds the
     # same Settings as the dataclasses' own defaults (the node account id is the parser's to derive).
-    empty_objects = {"systemPool": {}, "tpu": {}, "onDemand": {}, "flexStart": {}, "kueue": {}, "queues": {},
-                     "fallback": {}, "maintenance": {}, "network": {}, "multikueue": {}}
+    empty_objects: dict[str, Any] = {key: {} for key in ("systemPool", "tpu", "onDemand", "flexStart", "kueue",
+                                                         "queues", "fallback", "maintenance", "network", "multikueue")}
     for raw in ({}, empty_objects):
         parsed = parse_settings(raw, "my-project")
         assert parsed == replace(Settings(project="my-project"), node_account_id=parsed.node_account_id)
