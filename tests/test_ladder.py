@@ -229,6 +229,8 @@ def test_a_ladder_with_too_many_pools_for_one_cluster_queue() -> None:
 
 
 def test_the_ladder_key_through_the_cli_strings() -> None:
-    raw = decode_config({"tpu-fallback:ladder": json.dumps(FOUR_RUNGS)})
-    assert raw["ladder"] == FOUR_RUNGS
+    # the CLI hands the stack file's list over as JSON text
+    settings = parse_settings(decode_config({"tpu-fallback:ladder": json.dumps(FOUR_RUNGS)}), "my-project")
+    assert [r.name for r in settings.capacity_ladder.rungs] == [r["name"] for r in FOUR_RUNGS]
     assert "ladder" in CONFIG_KEYS
+    stack_refused({"ladder": "[{not json"}, "ladder", "YAML list of rungs")

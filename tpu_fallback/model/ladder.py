@@ -18,6 +18,7 @@ each of them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -267,13 +268,19 @@ def parse_stack_ladder(raw: Mapping[str, Any], tpu: catalog.TpuSlice, location: 
     """A stack's `ladder` key (None without one), checked against the rest of its config: the ladder replaces
     `onDemand` and `flexStart` (given `plans`, their parsed values, refused unless left at their defaults), a
     configured `queues.quotas.onDemand` needs an onDemand rung, and the fallback needs two rungs or more."""
-    if raw.get("ladder") is None:
+    value = raw.get("ladder")
+    if value is None:
         return None
+    if isinstance(value, str):  # the CLI hands a structured value over as JSON text
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise fail("ladder", value, "expected a YAML list of rungs") from None
     for key, parsed in plans.items():
         if parsed != type(parsed)():
             raise fail(key, raw.get(key), "a stack with a ladder writes its capacity as rungs: make it a rung of the "
                        f"ladder (kind: {key}) and leave {key} out")
-    ladder = parse_ladder(raw["ladder"], tpu, location, boolean("allowUnlistedZone", raw.get("allowUnlistedZone",
+    ladder = parse_ladder(value, tpu, location, boolean("allowUnlistedZone", raw.get("allowUnlistedZone",
                                                                                                 False)),
                           cap_flex_start, system_pool)
     if on_demand_quota_set and not ladder.of_kind(ON_DEMAND):

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 TABLE = Path(__file__).with_name("prices.yaml")
-TPU_PLANS = {"on-demand": "onDemand", "flex-start": "flexStart"}
+TPU_PLANS = {"on-demand": "onDemand", "flex-start": "flexStart", "spot": "spot"}
 _TOP = ("checked", "currency", "sources", "tpu", "machines", "gke")
 
 

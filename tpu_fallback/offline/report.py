@@ -1,4 +1,5 @@
-"""The reviewer's view of an infra stack: capacity and concurrency per cluster and plan, list-price cost, a diagram.
+"""The reviewer's view of an infra stack: capacity and concurrency per cluster and plan (each rung of a capacity
+ladder), list-price cost, a diagram.
 
 Everything is derived from the stack's Settings with the model's own arithmetic (tpu_fallback.model.capacity,
 .queues.queue_plan, .catalog), so it states what the rendered program builds:
@@ -20,12 +21,28 @@ from decimal import ROUND_FLOOR, Decimal
 from tpu_fallback.model import capacity, queues
 from tpu_fallback.model.jobs import JobSpec
 from tpu_fallback.model.labels import TPU_RESOURCE
+from tpu_fallback.model.ladder import KIND_TEXT, RESERVATION, Ladder
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.offline.prices import Price, PriceTable, money
 from tpu_fallback.offline.stacks import JobShape
 
 PLAN_NAMES = {capacity.ON_DEMAND: "plan A (on-demand)", capacity.FLEX_START: "plan B (DWS flex-start)"}
+
+
+def plan_name(ladder: Ladder, plan: str) -> str:
+    """"plan A (on-demand)" for today's two plans; "rung 3 spot (spot)" for a rung of a `ladder`."""
+    if not ladder.explicit and plan in PLAN_NAMES:
+        return PLAN_NAMES[plan]
+    for i, rung in enumerate(ladder.rungs, 1):
+        if rung.name == plan:
+            return f"rung {i} {rung.name} ({KIND_TEXT[rung.kind]})"
+    return plan
+
+
+def _short(name: str) -> str:
+    """"plan A" of "plan A (on-demand)", "rung 3 spot" of "rung 3 spot (spot)"."""
+    return name.split(" (")[0]
 MIB = Decimal(2**20)
 GIB = Decimal(2**30)
 
@@ -69,11 +86,12 @@ def _quantity(value: Decimal) -> str:
 @dataclass(frozen=True)
 class Pool:
     name: str
-    plan: str
+    plan: str  # its rung's name (today's plans: on-demand, flex-start)
     slices: int
     hosts_per_slice: int
     chips_per_host: int
     machine_type: str
+    kind: str = ""  # its rung's kind (model.ladder): on-demand, flex-start, reservation, spot
 
     @property
     def chips(self) -> int:
@@ -136,6 +154,17 @@ class ClusterReport:
         parts = self.location.split("-")
         return "-".join(parts[:2]) if len(parts) > 2 else self.location
 
+    @property
+    def ladder(self) -> Ladder:
+        return self.settings.capacity_ladder if self.settings is not None else Ladder(())
+
+    def plan_name(self, plan: str) -> str:
+        return plan_name(self.ladder, plan)
+
+    def kind_of(self, plan: str) -> str:
+        rung = self.ladder.rung(plan)
+        return rung.kind if rung is not None else plan
+
 
 @dataclass(frozen=True)
 class StackReport:
@@ -154,16 +183,14 @@ class StackReport:
 
 
 def plan_pools(settings: Settings) -> tuple[Pool, ...]:
-    """Every TPU pool of the cluster, plan A first, with its slices (the model's pool layout)."""
+    """Every TPU pool of the cluster in ladder order (plan A first), with its slices (the model's pool layout)."""
     tpu = settings.tpu
     pools: list[Pool] = []
-    plans = [(capacity.ON_DEMAND, settings.on_demand.name, settings.on_demand.max_slices)]
-    if settings.flex_start.active:
-        plans.append((capacity.FLEX_START, settings.flex_start.name, settings.flex_start.max_slices))
-    for plan, base, max_slices in plans:
-        for shape in capacity.pool_layout(base, tpu, max_slices):
-            pools.append(Pool(shape.name, plan, shape.max_nodes // tpu.hosts_per_slice, tpu.hosts_per_slice,
-                              tpu.chips_per_host, tpu.machine_type))
+    for rung in settings.capacity_ladder.rungs:
+        for shape in rung.pools(tpu):
+            slices = shape.max_nodes // tpu.hosts_per_slice if tpu.multi_host else shape.max_nodes
+            pools.append(Pool(shape.name, rung.name, slices, tpu.hosts_per_slice, tpu.chips_per_host,
+                              tpu.machine_type, rung.kind))
     return tuple(pools)
 
 
@@ -187,7 +214,7 @@ def _quota_fit(quota: dict[str, int | str], needs: dict[str, Decimal]) -> tuple[
 
 def _plan_flavors(settings: Settings, pools: tuple[Pool, ...], job: Job) -> tuple[FlavorFit, ...]:
     plan = queues.queue_plan(settings)
-    by_plan = {p: [pool for pool in pools if pool.plan == p] for p in capacity.PLANS}
+    by_plan = {r.name: [pool for pool in pools if pool.plan == r.name] for r in settings.capacity_ladder.rungs}
     check = "dws-prov" if plan.provisioning_check else None
     needs = {"cpu": job.cpu, "memory": job.memory, TPU_RESOURCE: Decimal(job.chips)}
     fits: list[FlavorFit] = []
@@ -196,7 +223,7 @@ def _plan_flavors(settings: Settings, pools: tuple[Pool, ...], job: Job) -> tupl
             admits, why = _quota_fit(flavor.quota, {"cpu": job.system_cpu, "memory": job.system_memory})
             fits.append(FlavorFit(flavor, None, None, admits, why, None))
             continue
-        pool = by_plan[flavor.plan][plan.flavors_of(flavor.plan).index(flavor.name)]  # one flavor per pool, in order
+        pool = by_plan[flavor.rung][plan.flavors_of_rung(flavor.rung).index(flavor.name)]  # one flavor per pool
         if job.slices is None:
             fits.append(FlavorFit(flavor, None, pool, 0, "the job is not a whole number of slices", 0))
             continue
@@ -207,7 +234,7 @@ def _plan_flavors(settings: Settings, pools: tuple[Pool, ...], job: Job) -> tupl
 
 
 def _plan_run(plan: str, flavors: tuple[FlavorFit, ...], pools: tuple[Pool, ...]) -> PlanRun:
-    mine = [f for f in flavors if f.flavor.plan == plan]
+    mine = [f for f in flavors if f.flavor.rung == plan]
     chips = sum(p.chips for p in pools if p.plan == plan)
     admits = None if any(f.admits is None for f in mine) else sum(f.admits or 0 for f in mine)
     runs = 0
@@ -232,7 +259,8 @@ def tpu_cluster_report(name: str, role: str, location: str, settings: Settings, 
     pools = plan_pools(settings)
     job = job_on(settings, shape)
     flavors = _plan_flavors(settings, pools, job)
-    plans = tuple(_plan_run(p, flavors, pools) for p in capacity.PLANS if any(f.flavor.plan == p for f in flavors))
+    plans = tuple(_plan_run(r.name, flavors, pools) for r in settings.capacity_ladder.rungs
+                  if any(f.flavor.rung == r.name for f in flavors))
     system_fit = next(f for f in flavors if not f.flavor.plan)
     system_jobs = system_fit.admits
     pool = settings.system_pool
@@ -245,7 +273,9 @@ def tpu_cluster_report(name: str, role: str, location: str, settings: Settings, 
         machine_jobs = per_node * pool.node_count
         machine += f" ({vcpus} vCPU / {_quantity(gib)} GiB each)"
     tpu_jobs = sum(p.runs for p in plans)
-    candidates = [(tpu_jobs, "TPU capacity (" + " + ".join(f"{PLAN_NAMES[p.plan]} {p.runs}" for p in plans) + ")")]
+    names = settings.capacity_ladder
+    candidates = [(tpu_jobs, "TPU capacity (" + " + ".join(f"{plan_name(names, p.plan)} {p.runs}" for p in plans)
+                   + ")")]
     if system_jobs is not None:
         candidates.append((system_jobs, f"the system pool's CPU quota (default-cpu {system_fit.admits_limit})"))
     if machine_jobs is not None:
@@ -308,21 +338,22 @@ def capacity_markdown(report: StackReport) -> list[str]:
         lines.append(f"TPU {tpu.family.name} {tpu.topology}: {tpu.hosts_per_slice} host"
                      f"{'s' if tpu.hosts_per_slice != 1 else ''} × {tpu.chips_per_host} chips "
                      f"({tpu.machine_type}) = {tpu.chips_per_slice} chips per slice.")
-        lines += ["", "| plan | pools × slices × hosts × chips per host | chips |", "|---|---|---:|"]
+        plan_column = "rung" if cluster.ladder.explicit else "plan"
+        lines += ["", f"| {plan_column} | pools × slices × hosts × chips per host | chips |", "|---|---|---:|"]
         for plan in cluster.plans:
             pools = [p for p in cluster.pools if p.plan == plan.plan]
             slices = sorted({p.slices for p in pools})
             per_pool = f"{slices[0]}" if len(slices) == 1 else "/".join(map(str, slices))
-            lines.append(f"| {PLAN_NAMES[plan.plan]} | {len(pools)} pool{'s' if len(pools) != 1 else ''} "
+            lines.append(f"| {cluster.plan_name(plan.plan)} | {len(pools)} pool{'s' if len(pools) != 1 else ''} "
                          f"({', '.join(p.name for p in pools)}) × {per_pool} slice{'s' if per_pool != '1' else ''} "
                          f"× {tpu.hosts_per_slice} × {tpu.chips_per_host} ({tpu.machine_type}) | {plan.chips} |")
         lines += ["", "Kueue flavors in the order the ClusterQueue tries them (one per node pool):", "",
-                  "| # | flavor | plan | node labels | quota cpu / memory / google.com/tpu | check | jobs admitted "
-                  "| jobs its pool runs |", "|---:|---|---|---|---|---|---:|---:|"]
+                  f"| # | flavor | {plan_column} | node labels | quota cpu / memory / google.com/tpu | check "
+                  "| jobs admitted | jobs its pool runs |", "|---:|---|---|---|---|---|---:|---:|"]
         for i, fit in enumerate(cluster.flavors, 1):
             labels = ", ".join(f"`{k}={v}`" for k, v in fit.flavor.node_labels.items())
-            plan_name = PLAN_NAMES.get(fit.flavor.plan, "system (Ray heads)")
-            lines.append(f"| {i} | `{fit.flavor.name}` | {plan_name} | {labels} | {_quota_text(fit.flavor.quota)} | "
+            rung_name = cluster.plan_name(fit.flavor.rung) if fit.flavor.rung else "system (Ray heads)"
+            lines.append(f"| {i} | `{fit.flavor.name}` | {rung_name} | {labels} | {_quota_text(fit.flavor.quota)} | "
                          f"{fit.check or '–'} | {_count(fit.admits)} | {'–' if fit.runs is None else fit.runs} |")
         job = cluster.job
         assert job is not None
@@ -337,7 +368,7 @@ def capacity_markdown(report: StackReport) -> list[str]:
                          f"{_quantity(job.system_cpu)} CPU / "
                          f"{_gib(job.system_memory)}.")
         for plan in cluster.plans:
-            lines.append(f"- {PLAN_NAMES[plan.plan]}: **{plan.runs}** at once ({plan.limit}).")
+            lines.append(f"- {cluster.plan_name(plan.plan)}: **{plan.runs}** at once ({plan.limit}).")
         lines.append(f"- System pool CPU quota (`default-cpu`): {_count(cluster.system_quota_jobs)} jobs; "
                      f"system pool machines ({cluster.machine}): "
                      f"{'?' if cluster.machine_jobs is None else cluster.machine_jobs} jobs "
@@ -345,12 +376,38 @@ def capacity_markdown(report: StackReport) -> list[str]:
         lines.append(f"- **At once on this cluster: {cluster.at_once} job{'s' if cluster.at_once != 1 else ''}**, "
                      f"limited by {cluster.limit}.")
         if any(p.admits is None for p in cluster.plans):
-            lines.append("- Jobs waiting in the unlimited `dws` flavor for DWS capacity already hold their "
-                         "`default-cpu` quota (Kueue reserves quota before the `dws-prov` check passes).")
+            queued = cluster.ladder.queued
+            lines.append(f"- Jobs waiting in the unlimited `{queued.flavor if queued else 'dws'}` flavor for DWS "
+                         "capacity already hold their `default-cpu` quota (Kueue reserves quota before the `dws-prov` "
+                         "check passes).")
+        _ladder_notes(cluster, lines)
     if report.multikueue:
         lines += ["", f"**Stack total: {report.at_once} jobs at once** across "
                   f"{len(report.tpu_clusters)} workers."]
     return lines
+
+
+def _ladder_notes(cluster: ClusterReport, lines: list[str]) -> None:
+    """What a `ladder` adds: which jobs reach which rung, and the reservations it consumes."""
+    ladder = cluster.ladder
+    if not ladder.explicit:
+        return
+    order = " → ".join(f"`{r.name}`" for r in ladder.rungs)
+    lines.append(f"- Capacity ladder {order}: Kueue tries the rungs in this order and admits a job to the first with "
+                 "free quota it tolerates; the fallback controller closes a rung on its own stock-out evidence and "
+                 "moves waiting jobs up when a higher rung frees.")
+    spot = [r.name for r in ladder.rungs if r.preemptible]
+    if spot:
+        lines.append(f"- Spot rung{'s' if len(spot) > 1 else ''} {', '.join(f'`{n}`' for n in spot)}: only jobs with "
+                     "`preemptible: true` (their workers tolerate `cloud.google.com/gke-spot`) land there; every other "
+                     "job skips it.")
+    topology = cluster.settings.tpu.topology if cluster.settings is not None else "?"
+    for rung in ladder.rungs:
+        if rung.reservation is not None:
+            size = rung.reservation.size
+            lines.append(f"- `{rung.name}` consumes reservation `{rung.reservation.name}` ({size} {topology} "
+                         f"slice{'s' if size != 1 else ''}, {rung.max_slices} used here); whether the project's TPU "
+                         "quota covers it is yours to check.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,44 +483,61 @@ def cluster_cost(cluster: ClusterReport, table: PriceTable) -> ClusterCost:
     if settings is not None and cluster.job is not None:
         family = settings.tpu.family.name
         for plan in cluster.plans:
-            price = table.tpu(family, plan.plan, region)
-            used.append((f"TPU {family} {plan.plan} chip-hour", region, price))
-            plans[plan.plan] = Amount().add(price, plan.chips, f"{PLAN_NAMES[plan.plan]} TPUs")
-            job[plan.plan] = Amount().add(price, cluster.job.chips, f"a job on {PLAN_NAMES[plan.plan]}")
+            kind = cluster.kind_of(plan.plan)
+            price = rung_price(table, family, kind, region)
+            used.append((f"TPU {family} {kind} chip-hour", region, price))
+            name = cluster.plan_name(plan.plan)
+            plans[plan.plan] = Amount().add(price, plan.chips, f"{name} TPUs")
+            job[plan.plan] = Amount().add(price, cluster.job.chips, f"a job on {name}")
     return ClusterCost(cluster, idle, plans, job, used)
+
+
+def rung_price(table: PriceTable, family: str, kind: str, region: str) -> Price:
+    """A rung's chip-hour list price. A reservation's is the on-demand price of what it reserves, billed while the
+    reservation exists whether a job runs there or not (before any committed-use discount)."""
+    if kind != RESERVATION:
+        return table.tpu(family, kind, region)
+    on_demand = table.tpu(family, capacity.ON_DEMAND, region)
+    return Price(on_demand.value, f"{on_demand.basis}; the on-demand price, billed while the reservation exists, "
+                 "used or not (committed-use discounts not applied)", on_demand.source)
 
 
 def cost_markdown(report: StackReport, table: PriceTable) -> list[str]:
     costs = [cluster_cost(c, table) for c in report.clusters]
+    columns: dict[str, str] = {}  # plan -> its column's heading, in ladder order
+    for cost in costs:
+        for plan in cost.plans:
+            columns.setdefault(plan, f"{_short(cost.cluster.plan_name(plan))} at full scale")
     lines = ["## Cost per hour (list prices, not a bill)", "",
              f"Published list prices from {table.origin}, with each cluster's region applied: no discounts, "
              "committed-use contracts, negotiated prices, taxes, disks, network or logging. **These are list prices, "
              "not a bill.** `n/a` or `≥` marks parts without a verified price (see the table below); override "
              "them with `--prices FILE`.", "",
-             "| cluster | region | idle (GKE fee + system pool) | plan A at full scale | plan B at full scale "
-             "| everything at full scale |", "|---|---|---:|---:|---:|---:|"]
+             "| cluster | region | idle (GKE fee + system pool) | "
+             + "".join(f"{heading} | " for heading in columns.values()) + "everything at full scale |",
+             "|---|---|---:|" + "---:|" * len(columns) + "---:|"]
     total_idle, total_full = Amount(), Amount()
     for cost in costs:
-        a = cost.plans.get(capacity.ON_DEMAND)
-        b = cost.plans.get(capacity.FLEX_START)
         idle = "– (not this stack's)" if cost.cluster.role == "existing cluster" else cost.idle.text()
-        lines.append(f"| `{cost.cluster.name}` | {cost.cluster.region} | {idle} | "
-                     f"{a.text() if a else '–'} | {b.text() if b else '–'} | {cost.full.text()} |")
+        cells = "".join(f"{cost.plans[plan].text() if plan in cost.plans else '–'} | " for plan in columns)
+        lines.append(f"| `{cost.cluster.name}` | {cost.cluster.region} | {idle} | {cells}{cost.full.text()} |")
         total_idle, total_full = total_idle.plus(cost.idle), total_full.plus(cost.full)
     if len(costs) > 1:
-        lines.append(f"| **stack** | | **{total_idle.text()}** | | | **{total_full.text()}** |")
+        lines.append(f"| **stack** | | **{total_idle.text()}** | " + "| " * len(columns) + f"**{total_full.text()}** |")
     lines.append("")
     for cost in costs:
         if not cost.job or cost.cluster.job is None or cost.cluster.job.slices is None:
             continue
         parts = []
+        on_demand = next((a for p, a in cost.job.items() if cost.cluster.kind_of(p) == capacity.ON_DEMAND), None)
         for plan, amount in cost.job.items():
             text = amount.text()
-            if plan == capacity.FLEX_START and amount.missing and capacity.ON_DEMAND in cost.job:
-                on_demand = cost.job[capacity.ON_DEMAND]
-                if not on_demand.missing:
-                    text += f" (at most {on_demand.text()} if billed below on-demand)"
-            parts.append(f"{PLAN_NAMES[plan]} {text}")
+            if (cost.cluster.kind_of(plan) == capacity.FLEX_START and amount.missing and on_demand is not None
+                    and not on_demand.missing):
+                text += f" (at most {on_demand.text()} if billed below on-demand)"
+            if cost.cluster.kind_of(plan) == RESERVATION:
+                text += " (billed whether it runs or not)"
+            parts.append(f"{cost.cluster.plan_name(plan)} {text}")
         lines.append(f"- A job on `{cost.cluster.name}` ({cost.cluster.job.chips} chips) costs per hour: "
                      + "; ".join(parts) + " (its Ray head runs on the system pool, already counted as idle).")
     lines += ["", "| price used | regions | USD per hour | basis | source |", "|---|---|---:|---|---|"]
@@ -545,9 +619,14 @@ def _tpu_cluster_diagram(diagram: Diagram, cluster: ClusterReport) -> None:
             diagram.edges.append((flavor, system, ""))
             continue
         pool = fit.pool
-        mode = "on-demand" if pool.plan == capacity.ON_DEMAND else "DWS flex-start"
+        mode = KIND_TEXT.get(pool.kind, pool.kind)
+        rung = cluster.ladder.rung(pool.plan)
+        if rung is not None and rung.reservation is not None and cluster.ladder.explicit:
+            mode += f" {rung.reservation.name}"
+        if pool.kind == "spot":
+            mode += ", preemptible jobs only"
         pool_node = diagram.node(node_id(c, "pool", pool.name),
-                                 f"{PLAN_NAMES[pool.plan].split(' (')[0]}: {pool.name}<br/>{mode}, {pool.slices} × "
+                                 f"{_short(cluster.plan_name(pool.plan))}: {pool.name}<br/>{mode}, {pool.slices} × "
                                  f"{settings.tpu.family.name} {settings.tpu.topology} = {pool.chips} chips", members)
         diagram.edges.append((flavor, pool_node, ""))
 
