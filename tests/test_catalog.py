@@ -53,7 +53,8 @@ def test_slice_derivation(family: str, topology: str, machine: str | None, expec
 
 
 def test_accelerator_labels() -> None:
-    expected = {"v6e": "tpu-v6e-slice", "v5e": "tpu-v5-lite-podslice", "v5p": "tpu-v5p-slice", "v4": "tpu-v4-podslice"}
+    expected = {"v6e": "tpu-v6e-slice", "v5e": "tpu-v5-lite-podslice", "v5p": "tpu-v5p-slice", "v4": "tpu-v4-podslice",
+                "tpu7x": "tpu7x"}
     assert {name: fam.accelerator_label for name, fam in catalog.FAMILIES.items()} == expected
 
 
@@ -104,3 +105,61 @@ def test_single_host_plans_share_one_pool() -> None:
     layout = pool_layout("pool", s, 3)
     assert [(p.name, p.max_nodes) for p in layout] == [("pool", 3)]
     assert pool_layout("pool", s, 0) == ()
+
+
+# --- TPU7x (Ironwood): the rules GKE gives it -----------------------------------------------------------------------
+
+
+def test_tpu7x_slices_are_whole_hosts_of_four_chips_and_at_most_a_pod() -> None:
+    fam = catalog.FAMILIES["tpu7x"]
+    (machine,) = fam.machine_types
+    assert machine.chips_per_vm == 4
+    assert machine.single_host_topologies == ("2x2x1",)  # one host: exactly its chips
+    for topology in fam.topologies:
+        sides = [int(d) for d in topology.split("x")]
+        chips = math.prod(sides)
+        assert len(sides) == 3 and chips % machine.chips_per_vm == 0, topology
+        assert chips <= 9216, topology  # a TPU7x pod
+        assert sides == sorted(sides) or topology in machine.single_host_topologies, topology
+        if chips > 32:  # past 2x4x4, whole 4x4x4 cubes
+            assert all(side % 4 == 0 for side in sides), topology
+    assert {"2x2x2", "4x4x4"} <= set(machine.multi_host_topologies)
+    assert "8x4x4" not in fam.topologies and "3x3x3" not in fam.topologies
+
+
+def test_tpu7x_multi_host_pools_take_a_workload_policy_not_a_tpu_topology() -> None:
+    tpu7x = catalog.FAMILIES["tpu7x"]
+    assert tpu7x.multi_host_placement == catalog.WORKLOAD_POLICY
+    assert all(f.multi_host_placement == catalog.TPU_TOPOLOGY for f in catalog.FAMILIES.values() if f is not tpu7x)
+    for topology in ("2x2x2", "4x4x8"):
+        assert catalog.workload_policy(tpu7x, topology) == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": topology}
+    assert catalog.workload_policy(tpu7x, "2x2x1") is None  # one host: no placement at all
+    assert catalog.workload_policy(catalog.FAMILIES["v5p"], "2x2x2") is None  # v5p: placementPolicy.tpuTopology
+    with pytest.raises(catalog.CatalogError, match="not a valid tpu7x topology"):
+        catalog.workload_policy(tpu7x, "4x4")
+
+
+def test_tpu7x_needs_a_gke_version_this_project_already_requires() -> None:
+    from tpu_fallback.model.settings.cluster import OLDEST_GKE_MINOR
+
+    version = catalog.FAMILIES["tpu7x"].min_gke_version
+    assert version is not None
+    major, minor = (int(part) for part in version.split("-")[0].split(".")[:2])
+    assert (major, minor) <= OLDEST_GKE_MINOR
+
+
+def test_tpu7x_has_no_flex_start_and_zones_of_its_own() -> None:
+    tpu7x = catalog.FAMILIES["tpu7x"]
+    assert not tpu7x.supports_flex_start and tpu7x.flex_start_zones == frozenset()
+    assert tpu7x.known_zones and tpu7x.known_zones <= catalog.ALL_KNOWN_ZONES
+    assert not tpu7x.known_zones & catalog.FAMILIES["v6e"].known_zones  # TPU7x is not where v6e is
+
+
+def test_a_tpu7x_stack_is_refused_before_any_resource_with_what_is_missing() -> None:
+    from tpu_fallback.model.settings import parse_settings
+    from tpu_fallback.model.validation import ConfigError
+
+    with pytest.raises(catalog.CatalogError, match="workload policy"):
+        catalog.resolve_slice("tpu7x", "2x2x2")
+    with pytest.raises(ConfigError, match=r"tpu7x.*cannot make TPU7x node pools yet.*vCPU and memory"):
+        parse_settings({"tpu": {"type": "tpu7x", "topology": "2x2x2"}, "location": "us-central1-c"}, "my-project")

@@ -41,6 +41,13 @@ class TpuFamily:
     # "Flex-start supports the following version and zones"); empty: the family has no flex-start.
     flex_start_zones: frozenset[str]
     topology_rule: str = ""  # how the valid multi-host topologies are formed, for error messages
+    # How a multi-host slice's node pool gets its shape: TPU_TOPOLOGY (the node pool's placementPolicy.tpuTopology,
+    # gcloud --tpu-topology) or WORKLOAD_POLICY (a Compute Engine resource policy, `workload_policy`, named in
+    # placementPolicy.policyName, gcloud --placement-policy).
+    multi_host_placement: str = "tpuTopology"
+    min_gke_version: str | None = None  # the oldest GKE Standard version that offers the family, when GKE says
+    # Why this project cannot make node pools of the family yet (None: it can); resolve_slice refuses with it.
+    unsupported: str | None = None
 
     @property
     def supports_flex_start(self) -> bool:
@@ -95,6 +102,8 @@ class TpuSlice:
         return self.topology in self.machine.multi_host_topologies
 
 
+TPU_TOPOLOGY, WORKLOAD_POLICY = "tpuTopology", "workloadPolicy"
+
 _V6E_V5E_MULTI_HOST = ("2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
 
 
@@ -124,6 +133,12 @@ def _three_d_topologies(max_cubes: int, non_decreasing: bool) -> tuple[str, ...]
 
 
 _V5P_TOPOLOGIES = _three_d_topologies(140, non_decreasing=True)
+# TPU7x: a pod is 9,216 chips (Cloud TPU "TPU7x (Ironwood)", https://cloud.google.com/tpu/docs/tpu7x: "With a 9,216-chip
+# footprint per Pod, TPU7x shares many similarities with TPU v5p"), so 144 4x4x4 cubes, in v5p's shapes; Google's
+# xpk lists tpu7x-standard-4t with 2x2x1 (one host), 2x2x2, 2x2x4, 2x4x4 and AxBxC shapes of 4x4x4 cubes, sides in
+# non-decreasing order (src/xpk/core/system_characteristics.py, gke_accelerator "tpu7x", 4 chips per VM,
+# requires_placement_policy).
+_TPU7X_TOPOLOGIES = _three_d_topologies(144, non_decreasing=True)
 _V4_TOPOLOGIES = _three_d_topologies(64, non_decreasing=False)
 _THREE_D_RULE = ("2x2x1 (one host), 2x2x2, 2x2x4, 2x4x4, or AxBxC with each side a multiple of 4 and at most {} "
                  "4x4x4 cubes{}")
@@ -176,6 +191,33 @@ FAMILIES: dict[str, TpuFamily] = {
             flex_start_zones=frozenset(),  # "TPU v3 and v4 are not supported"
             topology_rule=_THREE_D_RULE.format(64, ""),
         ),
+        TpuFamily(
+            # GKE, "About Ironwood (TPU7x) in GKE" (https://cloud.google.com/kubernetes-engine/docs/concepts/
+            # tpu-ironwood): GKE Standard 1.34.0-gke.2201000 and later; multi-host slice node pools take a workload
+            # policy (High throughput), applied with --placement-policy, which "replaces the --tpu-topology flag
+            # used by other TPU versions"; each VM has 4 chips. The node label value and machine type as xpk uses
+            # them (above). Ray's accelerator type as Ray names TPU generations (TPU-V<generation>).
+            name="tpu7x",
+            accelerator_label="tpu7x",
+            ray_accelerator_type="TPU-V7X",
+            # vCPU and memory of tpu7x-standard-4t: not in the GKE or Cloud TPU pages read here (2026-12-04), so 0
+            # (unknown), and the family is `unsupported` for pools: Kueue's quotas are sized from them.
+            machine_types=(MachineType("tpu7x-standard-4t", 4, 0, 0, ("2x2x1",), _TPU7X_TOPOLOGIES),),
+            # Cloud TPU "TPU regions and zones" (https://cloud.google.com/tpu/docs/regions-zones): TPU7x in
+            # us-central1-c and the AI zone us-central1-ai1a.
+            known_zones=frozenset({"us-central1-c", "us-central1-ai1a"}),
+            # GKE's flex-start TPU list and Cloud TPU's ("Request Cloud TPUs using Flex-start": "You can only request
+            # Flex-start TPU v6e and v5e") do not list TPU7x as read here: flex-start is refused for it.
+            flex_start_zones=frozenset(),
+            topology_rule=_THREE_D_RULE.format(144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
+            multi_host_placement=WORKLOAD_POLICY,
+            min_gke_version="1.34.0-gke.2201000",
+            unsupported=("this project cannot make TPU7x node pools yet: a multi-host TPU7x pool needs a workload "
+                         "policy (a Compute Engine resource policy, HIGH_THROUGHPUT with the slice's topology) "
+                         "instead of placementPolicy.tpuTopology, which the node pools here do not create, and "
+                         "tpu7x-standard-4t's vCPU and memory, from which Kueue's quotas are sized, are not in "
+                         "GKE's documentation as read on 2026-12-04"),
+        ),
     )
 }
 
@@ -200,6 +242,8 @@ def resolve_slice(family_name: str, topology: str, machine_type: str | None = No
     the topology is chosen, so v6e 2x4 means two ct6e-standard-4t hosts; ask for -8t for one host.
     """
     fam = family(family_name)
+    if fam.unsupported:
+        raise CatalogError(f"TPU family {fam.name!r}: {fam.unsupported}")
     if topology not in fam.topologies:
         raise CatalogError(f"{topology!r} is not a valid {fam.name} topology; valid: {fam.describe_topologies()}")
     if machine_type is None:
@@ -217,3 +261,16 @@ def resolve_slice(family_name: str, topology: str, machine_type: str | None = No
             )
         machine = found
     return TpuSlice(family=fam, topology=topology, machine=machine)
+
+
+def workload_policy(fam: TpuFamily, topology: str) -> dict[str, str] | None:
+    """The workload policy a multi-host slice of a WORKLOAD_POLICY family needs: a Compute Engine resource policy's
+    `workloadPolicy` (pulumi-gcp compute.ResourcePolicy workload_policy: type HIGH_THROUGHPUT, accelerator_topology
+    "can be set only when the workload policy type is HIGH_THROUGHPUT"), named by the node pool's
+    placementPolicy.policyName. None for a single-host topology or a TPU_TOPOLOGY family."""
+    machine = next((m for m in fam.machine_types if topology in m.topologies), None)
+    if machine is None:
+        raise CatalogError(f"{topology!r} is not a valid {fam.name} topology; valid: {fam.describe_topologies()}")
+    if fam.multi_host_placement != WORKLOAD_POLICY or topology not in machine.multi_host_topologies:
+        return None
+    return {"type": "HIGH_THROUGHPUT", "acceleratorTopology": topology}
