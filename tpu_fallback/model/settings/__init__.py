@@ -54,14 +54,14 @@ from tpu_fallback.model.settings.pools import (
     SystemPoolSettings,
 )
 from tpu_fallback.model.settings.queues import LocalQueueSettings, QueueSettings
-from tpu_fallback.model.settings.stack import CONFIG_KEYS, Settings, decode_config, parse_settings
+from tpu_fallback.model.settings.stack import CONFIG_KEYS, SECRET_CONFIG_KEYS, Settings, decode_config, parse_settings
 
 __all__ = [
     "CONFIG_KEYS", "COOL_DOWN", "DEFAULT_FALLBACK_IMAGE", "EXCLUSION_SCOPES", "FALLBACK_IMAGE_PYTHON", "GKE_VERSION",
     "KUEUE_PODS_READY_TIMEOUT", "KUEUE_VERSION", "MAX_FLAVORS", "MAX_POOL_NAME", "MAX_RUN_DURATION_SECONDS",
     "MAX_WORKERS", "MIN_COOL_DOWN", "OLDEST_GKE_MINOR", "POLL_INTERVAL", "PROJECT", "REQUEUE_BACKOFF",
-    "STOCKOUT_AFTER", "TPU_TOPOLOGY", "TPU_TYPE", "ExistingClusterSettings", "FallbackSettings", "FlexStartSettings",
-    "KueueSettings", "LocalQueueSettings", "MaintenanceSettings", "ManagerSettings", "MultiKueueSettings",
-    "NetworkSettings", "OnDemandSettings", "QueueSettings", "Settings", "SystemPoolSettings", "WorkerSettings",
-    "decode_config", "duration", "node_account_ids", "parse_settings",
+    "SECRET_CONFIG_KEYS", "STOCKOUT_AFTER", "TPU_TOPOLOGY", "TPU_TYPE", "ExistingClusterSettings", "FallbackSettings",
+    "FlexStartSettings", "KueueSettings", "LocalQueueSettings", "MaintenanceSettings", "ManagerSettings",
+    "MultiKueueSettings", "NetworkSettings", "OnDemandSettings", "QueueSettings", "Settings", "SystemPoolSettings",
+    "WorkerSettings", "decode_config", "duration", "node_account_ids", "parse_settings",
 ]

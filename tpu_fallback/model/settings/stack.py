@@ -106,6 +106,12 @@ CONFIG_KEYS = (
 _CREATED_CLUSTER_ONLY = {"gkeVersion": "gke_version", "deletionProtection": "deletion_protection",
                          "protect": "protect", "enableApis": "enable_apis", "secureBoot": "secure_boot",
                          "maintenance": "maintenance", "network": "network"}
+# The keys that must be secrets (Pulumi.yaml declares them `secret: true`).
+SECRET_CONFIG_KEYS = frozenset({"kubeconfig"})
+# The optional keys' "not set", as Pulumi.yaml declares their defaults (the CLI makes a declared key without a
+# default required, takes no default of another type than the declared one, and refuses a plain default for a
+# typed secret key): read as the key's absence.
+UNSET = {"existingCluster": False, "kubeconfig": "", "ladder": False}
 
 
 def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: frozenset[str] = frozenset()
@@ -118,6 +124,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     if unknown:
         raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting{did_you_mean(unknown[0], CONFIG_KEYS)}; "
                           f"known: {', '.join(CONFIG_KEYS)}")
+    raw = {key: value for key, value in raw.items() if not _unset(key, value)}
     if not project:
         raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
     string("gcp:project", project, _PROJECT_ID, "a GCP project id has 6 to 30 lowercase letters, digits or hyphens, "
@@ -191,13 +198,18 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     return settings
 
 
+def _unset(key: str, value: Any) -> bool:
+    return key in UNSET and type(value) is type(UNSET[key]) and value == UNSET[key]
+
+
 # --------------------------------------------------------------------------------------------
 # The CLI's config strings
 # --------------------------------------------------------------------------------------------
 
 
-_OBJECT_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance", "network",
-                          "multikueue", "existingCluster", "fallback", "ladder"})
+# The keys whose values are objects (the CLI hands them over as JSON; Pulumi.yaml declares them `type: object`).
+OBJECT_CONFIG_KEYS = frozenset({"systemPool", "tpu", "onDemand", "flexStart", "kueue", "queues", "maintenance",
+                                "network", "multikueue", "existingCluster", "fallback", "ladder"})
 
 
 def decode_config(values: Mapping[str, str]) -> dict[str, Any]:
@@ -208,7 +220,7 @@ def decode_config(values: Mapping[str, str]) -> dict[str, Any]:
         if not full_key.startswith(prefix):
             continue
         key = full_key[len(prefix):]
-        if key in _OBJECT_KEYS or text in ("true", "false"):
+        if key in OBJECT_CONFIG_KEYS or text in ("true", "false"):
             try:
                 raw[key] = json.loads(text)
             except json.JSONDecodeError:
