@@ -6,6 +6,11 @@ of changes is one pass) and at least every pollSeconds (its decisions depend on 
 cool-down). `ListingView` is the former way, every kind LISTed on every pass: for `--once`, the tests and
 `--list-every-pass` (to compare). Either way all state is in the cluster, so a restart loses nothing; writes go
 straight to the API with the resourceVersion read as a precondition. One replica runs (a Recreate Deployment of 1).
+
+Two plans (planAFlavors/planBFlavors) keep their Events (PlanAStockOut, PlanAReopened, EvictedFromPlanA,
+MovingToPlanA, MovedToPlanA) and metrics (tpu_fallback_plan_a_*); a ladder ("rungs") writes RungStockOut,
+RungReopened, EvictedFromRung, MovingUp and MovedUp, and per-rung series with a `rung` label
+(tpu_fallback_rung_closed, _rung_closes_total, _rung_reopens_total, tpu_fallback_moves_up_total by target rung).
 """
 
 from __future__ import annotations
