@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_fallback.model import capacity, catalog
+from tpu_fallback.model import catalog
+from tpu_fallback.model.ladder import two_rungs
 from tpu_fallback.model.settings.common import pool_name
 from tpu_fallback.model.validation import DNS_LABEL, ConfigError, boolean, fail, integer, object_, show, string
 
@@ -161,17 +162,17 @@ def check_pool_names(tpu: catalog.TpuSlice, system_pool: SystemPoolSettings, on_
         if name in seen:
             raise fail(key, name, f"node pool names must be unique; {seen[name]} already uses it")
         seen[name] = key
-    pool_count = sum(len(capacity.pool_layout(n, tpu, s)) for n, s in (
-        (on_demand.name, on_demand.max_slices), (flex_start.name, flex_start.max_slices if flex_start.active else 0)))
+    # The pools each plan makes: its rung's (model/ladder.py, Rung.pools), the one home of that arithmetic.
+    rungs = two_rungs(on_demand.name, on_demand.max_slices, on_demand.reservation, flex_start.name,
+                      flex_start.max_slices, flex_start.active, flex_start.max_run_duration).rungs
+    pool_count = sum(len(rung.pools(tpu)) for rung in rungs)
     if pool_count + 1 > MAX_FLAVORS:
         raise fail("onDemand.maxSlices", on_demand.max_slices,
                    f"with flexStart.maxSlices {flex_start.max_slices} that is {pool_count} multi-host pools, each its "
                    f"own Kueue flavor; a ClusterQueue takes at most {MAX_FLAVORS} flavors (one is default-cpu)")
-    for key, plan_name, slices in (("onDemand", on_demand.name, on_demand.max_slices),
-                                   ("flexStart", flex_start.name, flex_start.max_slices if flex_start.enabled else 0)):
-        pools = capacity.pool_layout(plan_name, tpu, slices)
-        longest = max((p.name for p in pools), key=len, default="")
+    for rung in rungs:
+        longest = max((p.name for p in rung.pools(tpu)), key=len, default="")
         if len(longest) > MAX_POOL_NAME:
-            raise fail(f"{key}.name", plan_name, f"with {key}.maxSlices {slices} its last pool is named {longest} "
-                       f"({len(longest)} characters); GKE allows {MAX_POOL_NAME}: shorten it to at most "
-                       f"{MAX_POOL_NAME - (len(longest) - len(plan_name))} characters")
+            raise fail(f"{rung.key}.name", rung.pool, f"with {rung.key}.maxSlices {rung.max_slices} its last pool is "
+                       f"named {longest} ({len(longest)} characters); GKE allows {MAX_POOL_NAME}: shorten it to at "
+                       f"most {MAX_POOL_NAME - (len(longest) - len(rung.pool))} characters")
