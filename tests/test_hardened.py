@@ -6,6 +6,7 @@ what needs the real engine or Kueue is in tests/e2e (test_engine_e2e.py, test_mu
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -183,3 +184,66 @@ SHARED_SUBNET = "projects/my-host-proj/regions/us-east5/subnetworks/tpu-subnet"
 def test_egress_that_cannot_work_is_refused_with_the_reason(stack: str, network: dict[str, Any],
                                                              fragments: list[str]) -> None:
     refused({"network": network}, stack, fragments)
+
+
+# 5. Managed Service for Prometheus, the dashboard, the APIs ---------------------------------------------------
+
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
+
+
+def test_managed_prometheus_is_on_wherever_a_pod_monitoring_is_rendered() -> None:
+    run = infra("global")  # kueue.podMonitoring: true
+    monitored = {r.provider.split("::")[-2].removesuffix("-k8s") for r in run.resources
+                 if r.type == "kubernetes:monitoring.googleapis.com/v1:PodMonitoring"}
+    clusters = {c.name: c.inputs for c in run.of_type(CLUSTER)}
+    assert monitored == set(clusters) and len(monitored) == 4
+    assert all(c["monitoringConfig"] == {"managedPrometheus": {"enabled": True}} for c in clusters.values())
+    assert "monitoringConfig" not in infra("dev").one(CLUSTER).inputs  # nothing to scrape: GKE's default kept
+
+
+def test_no_dashboard_tile_sits_at_a_zero_coordinate_the_api_would_drop() -> None:
+    (dashboard,) = infra("global").of_type(DASHBOARD)
+    tiles = json.loads(dashboard.inputs["dashboardJson"])["mosaicLayout"]["tiles"]
+    assert len(tiles) > 2
+    assert all(t.get("xPos", None) != 0 and t.get("yPos", None) != 0 for t in tiles)
+    assert {(t.get("xPos", 0), t.get("yPos", 0)) for t in tiles} >= {(0, 0), (24, 0), (0, 16)}
+
+
+def test_the_multikueue_charts_group_by_the_worker_label_managed_prometheus_keeps() -> None:
+    def queries(stack: str, overrides: dict[str, Any] | None = None) -> list[str]:
+        (dashboard,) = infra(stack, overrides).of_type(DASHBOARD)
+        return [t["widget"]["xyChart"]["dataSets"][0]["timeSeriesQuery"]["prometheusQuery"]
+                for t in json.loads(dashboard.inputs["dashboardJson"])["mosaicLayout"]["tiles"]]
+
+    multikueue = [q for q in queries("global") if "multikueue_" in q]
+    assert len(multikueue) == 2 and all("by (exported_cluster," in q for q in multikueue)
+    single = queries("dev", {"kueue": {"podMonitoring": True}})
+    assert single and not [q for q in single if "multikueue_" in q]
+
+
+def test_iam_and_resource_manager_apis_are_enabled_before_the_node_account_and_its_roles() -> None:
+    run = infra("dev")
+    services = {s.inputs["service"]: s for s in run.of_type("gcp:projects/service:Service")}
+    for api in ("iam.googleapis.com", "cloudresourcemanager.googleapis.com"):
+        assert run.depends_on(run.one(ACCOUNT), services[api])
+        assert all(run.depends_on(m, services[api]) for m in run.of_type("gcp:projects/iAMMember:IAMMember"))
+
+
+# 2. The stack waits for each worker's MultiKueueCluster to be Active -------------------------------------------
+
+
+def test_up_waits_for_every_multikueue_cluster_to_be_active() -> None:
+    run = infra("global")
+    clusters = [o for o in run.kubernetes_objects() if o["kind"] == "MultiKueueCluster"]
+    assert sorted(c["metadata"]["name"] for c in clusters) == ["asia", "europe", "us"]
+    for cluster in clusters:
+        # pulumi-kubernetes 4.25.0 pkg/metadata/annotations.go (AnnotationWaitFor, AnnotationTimeoutSeconds);
+        # await/condition/custom.go reads "condition=Active" as kubectl wait does: condition Active, status True.
+        annotations = cluster["metadata"]["annotations"]
+        assert annotations["pulumi.com/waitFor"] == "condition=Active"
+        assert 60 <= int(annotations["pulumi.com/timeoutSeconds"]) <= 1800
+    # The AdmissionCheck and the queues come after the clusters, so a worker that cannot be reached stops `up` there.
+    check = next(r for r in run.resources
+                 if r.type.endswith(":AdmissionCheck") and r.name.endswith("multikueue-check"))
+    for resource in (r for r in run.resources if r.type.endswith(":MultiKueueCluster")):
+        assert run.depends_on(check, resource)

@@ -44,10 +44,11 @@ def test_dev_graph_holds_exactly_the_tutorial_cloud_resources(dev: ProgramRun) -
         # Beyond the tutorial's gcloud commands: what a fresh project needs for image streaming with a custom
         # node service account (GKE "Use Image streaming", requirements).
         (IAM_MEMBER, "roles/serviceusage.serviceUsageConsumer"),
-        (SERVICE, ""), (SERVICE, ""), (SERVICE, ""),
+        (SERVICE, ""), (SERVICE, ""), (SERVICE, ""), (SERVICE, ""), (SERVICE, ""),
     ])
     assert sorted(r.inputs["service"] for r in dev.of_type(SERVICE)) == [
-        "compute.googleapis.com", "container.googleapis.com", "containerfilesystem.googleapis.com"]
+        "cloudresourcemanager.googleapis.com", "compute.googleapis.com", "container.googleapis.com",
+        "containerfilesystem.googleapis.com", "iam.googleapis.com"]
 
 
 def test_cluster_flags(dev: ProgramRun) -> None:

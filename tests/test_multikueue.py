@@ -123,10 +123,13 @@ def test_worker_kubeconfigs_use_a_token_and_stay_secret(glob: ProgramRun) -> Non
 
 
 def test_worker_service_account_is_least_privilege(glob: ProgramRun) -> None:
-    roles = [obj for r, obj in objects_of(glob, "ClusterRole") if obj["metadata"]["name"] == "multikueue-sa-role"]
-    assert len(roles) == 3
-    granted = {(g, res, v) for rule in roles[0]["rules"] for g in rule["apiGroups"] for res in rule["resources"]
-               for v in rule["verbs"]}
+    def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+        return {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"]
+                for v in rule["verbs"]}
+
+    roles = {obj["metadata"]["name"]: obj for _, obj in objects_of(glob, "ClusterRole")}
+    read, write = grants(roles["multikueue-sa-role"]), grants(roles["multikueue-sa-write"])
+    granted = read | write
     for needed in [("ray.io", "rayjobs", "create"), ("ray.io", "rayclusters", "watch"),
                    ("kueue.x-k8s.io", "workloads", "create"), ("kueue.x-k8s.io", "workloads/status", "patch"),
                    ("batch", "jobs", "create"), ("ray.io", "rayjobs/status", "get"),
@@ -137,6 +140,22 @@ def test_worker_service_account_is_least_privilege(glob: ProgramRun) -> None:
                    ("ray.io", "rayclusters", "update"), ("ray.io", "rayclusters", "patch")]:
         assert needed in granted, needed
     assert not [g for g in granted if g[2] in ("*", "escalate", "bind", "impersonate") or g[1] in ("secrets", "*")]
+    # Issue 28 item 6: cluster-wide it only reads; it writes only where jobs run, never in kube-system.
+    assert {v for _, _, v in read} == {"get", "list", "watch"} and {v for _, _, v in write}.isdisjoint(
+        {"get", "list", "watch"})
+    cluster_bindings = [obj for _, obj in objects_of(glob, "ClusterRoleBinding")
+                        if obj["subjects"][0]["name"] == "multikueue-sa"]
+    assert len(cluster_bindings) == 3 and {b["roleRef"]["name"] for b in cluster_bindings} == {"multikueue-sa-role"}
+    write_bindings = [obj for _, obj in objects_of(glob, "RoleBinding")
+                      if obj["roleRef"]["name"] == "multikueue-sa-write"]
+    job_namespaces = {q["namespace"] for q in glob.outputs["localQueues"]}
+    assert len(write_bindings) == 3 * len(job_namespaces)
+    assert {b["metadata"]["namespace"] for b in write_bindings} == job_namespaces
+    prod_like = infra("global", {"queues": {"localQueues": [{"namespace": "ml-a", "name": "a"},
+                                                             {"namespace": "ml-b", "name": "b"}]}})
+    namespaces = {obj["metadata"]["namespace"] for _, obj in objects_of(prod_like, "RoleBinding")
+                  if obj["roleRef"]["name"] == "multikueue-sa-write"}
+    assert namespaces == {"ml-a", "ml-b"}
 
 
 def test_each_worker_depends_only_on_its_own_cluster(glob: ProgramRun) -> None:

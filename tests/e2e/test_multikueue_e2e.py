@@ -31,6 +31,7 @@ from tests.e2e.controlplane import ControlPlane
 from tests.e2e.kube import KubeClient, KubeError
 from tpu_fallback.offline.mockrun import MOCK_CA, MOCK_ENDPOINT
 from tpu_fallback.render import kueue as kueue_objects
+from tpu_fallback.render import multikueue as scoped
 from tpu_fallback.render.kubeconfig import token_kubeconfig
 
 pytestmark = pytest.mark.e2e
@@ -316,7 +317,8 @@ def test_without_update_on_workloads_a_priority_change_is_refused(env: Env) -> N
     (queue,) = plan.run.outputs["localQueues"]
     namespace = queue["namespace"]
     no_jobs_left(env, namespace)
-    role = plan.find(worker.cluster_name, "ClusterRole", f"{kueue_objects.MULTIKUEUE_ACCOUNT}-role")
+    # Writes are granted by the write role, bound in the job namespaces only (render/multikueue.py).
+    role = plan.find(worker.cluster_name, "ClusterRole", scoped.WRITE_ROLE)
     reduced = copy.deepcopy(role)
     for rule in reduced["rules"]:
         if rule["apiGroups"] == ["kueue.x-k8s.io"] and rule["resources"] == ["workloads"]:
@@ -350,6 +352,38 @@ def test_without_update_on_workloads_a_priority_change_is_refused(env: Env) -> N
     wait(env.remote, lambda: (lambda w: w if w and w["spec"].get("priority") == HIGH[1] else None)(remote_workload()),
          "the new priority on the worker's copy once the project's role is back")
     env.step("project's role back to the priority on the worker", started)
+
+
+def test_the_worker_token_writes_only_in_the_job_namespaces(env: Env) -> None:
+    """Issue 28 item 6: the token the manager holds may read across the worker (its watches are cluster-wide) but
+    create or delete jobs, RayClusters and Workloads only in the job namespaces; in kube-system, or any other
+    namespace, the worker's API server refuses (SelfSubjectAccessReview as the token, and a real create)."""
+    connected(env)
+    (queue,) = env.plan.run.outputs["localQueues"]
+    as_account = KubeClient(env.worker_plane.server, env.worker_plane.ca_file, env.connection.token)
+
+    def allowed(verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        review = as_account.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                            **({"namespace": namespace} if namespace else {})}}})
+        return bool(review["status"].get("allowed"))
+
+    writes = [("create", "ray.io", "rayjobs"), ("create", "ray.io", "rayclusters"), ("create", "batch", "jobs"),
+              ("delete", "ray.io", "rayjobs"), ("update", "kueue.x-k8s.io", "workloads")]
+    for verb, group, resource in writes:
+        assert allowed(verb, group, resource, queue["namespace"]), (verb, resource, queue["namespace"])
+        for other in ("kube-system", "kueue-system", None):  # None: every namespace at once
+            assert not allowed(verb, group, resource, other), (verb, resource, other)
+    for group, resource in (("ray.io", "rayjobs"), ("kueue.x-k8s.io", "workloads")):
+        assert allowed("watch", group, resource, None) and allowed("list", group, resource, "kube-system")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "mk-rbac-probe", "namespace": "kube-system"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}
+    with pytest.raises(KubeError) as refused:
+        as_account.request("POST", "/apis/batch/v1/namespaces/kube-system/jobs", job)
+    assert refused.value.status == 403
+    assert env.remote.get("batch/v1", "Job", "mk-rbac-probe", "kube-system") is None
 
 
 def test_the_worker_has_what_a_dispatched_rayjob_mounts(env: Env) -> None:

@@ -12,7 +12,10 @@ import pulumi_gcp as gcp
 # streaming (GKE "Use Image streaming": "You must enable the Container File System API"). GKE TPU node pools
 # need no tpu.googleapis.com (that API is for TPU VMs created outside GKE). The MultiKueue manager reaches its
 # workers with service-account tokens, so it needs nothing more.
-REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "containerfilesystem.googleapis.com")
+# iam: the nodes' service account (IAM API, projects.serviceAccounts.create); cloudresourcemanager: its project
+# role bindings (projects.setIamPolicy), both off in a new project created with no default services.
+REQUIRED_APIS = ("compute.googleapis.com", "container.googleapis.com", "containerfilesystem.googleapis.com",
+                 "iam.googleapis.com", "cloudresourcemanager.googleapis.com")
 # With kueue.podMonitoring: Cloud Monitoring for the dashboard (Managed Prometheus writes there too).
 MONITORING_APIS = ("monitoring.googleapis.com",)
 

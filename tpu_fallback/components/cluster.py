@@ -39,6 +39,11 @@ class GkeClusterArgs:
     maintenance: MaintenanceSettings = field(default_factory=MaintenanceSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     apis: Sequence[pulumi.Resource] = ()  # the enabled Google APIs everything here waits for
+    # Managed Service for Prometheus, on where the stack renders PodMonitoring objects (kueue.podMonitoring): on by
+    # default only for clusters created on GKE 1.27 or later and it can be turned off, and without it the
+    # PodMonitoring CRD is absent and the stack's PodMonitoring fails (Managed Service for Prometheus "Get started
+    # with managed collection", https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed).
+    managed_prometheus: bool = False
     # Authorized besides network.authorizedNetworks: a MultiKueue worker admits the manager's static egress.
     extra_authorized_networks: pulumi.Input[Sequence[str]] | None = None
 
@@ -151,6 +156,7 @@ class GkeCluster(pulumi.ComponentResource):
             deletion_protection=args.deletion_protection,
             maintenance_policy=maintenance_policy(args.maintenance),
             **network_arguments(args.network, args.extra_authorized_networks),
+            **({"monitoring_config": {"managed_prometheus": {"enabled": True}}} if args.managed_prometheus else {}),
             # Nodes must have their roles before any pool starts, or they come up unable to log or pull.
             # nodeConfig describes only that removed default pool: ignored after creation, so clusters made before
             # it was set are not replaced for it (node_config and its service_account are ForceNew: terraform-provider-

@@ -17,6 +17,7 @@ class KueueDashboardArgs:
     project: str
     title: str
     apis: Sequence[pulumi.Resource] = ()
+    multikueue: bool = False  # charts of the manager's dispatches per worker
 
 
 class KueueDashboard(pulumi.ComponentResource):
@@ -27,7 +28,7 @@ class KueueDashboard(pulumi.ComponentResource):
         self.dashboard = gcp.monitoring.Dashboard(
             f"{name}-dashboard",
             project=args.project,
-            dashboard_json=json.dumps(kueue_dashboard(args.title)),
+            dashboard_json=json.dumps(kueue_dashboard(args.title, args.multikueue)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.apis)),
         )
         self.register_outputs({"dashboard": self.dashboard.id})

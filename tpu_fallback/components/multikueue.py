@@ -27,6 +27,7 @@ from tpu_fallback.model.outputs import InfraOutputs
 from tpu_fallback.model.queues import QueuePlan, manager_queue_plan
 from tpu_fallback.model.settings import Settings, WorkerSettings
 from tpu_fallback.render import kueue as kueue_objects
+from tpu_fallback.render import multikueue as scoped
 from tpu_fallback.render import rayjob
 from tpu_fallback.render.kubeconfig import token_kubeconfig
 
@@ -58,10 +59,19 @@ class WorkerAccess(pulumi.ComponentResource):
             f"{name}-account", metadata={"name": kueue_objects.MULTIKUEUE_ACCOUNT, "namespace": namespace},
             opts=on_worker,
         )
+        # Reads cluster-wide, writes in the job namespaces only (render/multikueue.py).
         role = k8s.rbac.v1.ClusterRole(
-            f"{name}-role", metadata={"name": f"{kueue_objects.MULTIKUEUE_ACCOUNT}-role"},
-            rules=kueue_objects.MULTIKUEUE_WORKER_RULES, opts=on_worker,
+            f"{name}-role", metadata={"name": scoped.READ_ROLE}, rules=scoped.worker_read_rules(), opts=on_worker,
         )
+        write_role = k8s.rbac.v1.ClusterRole(
+            f"{name}-write-role", metadata={"name": scoped.WRITE_ROLE}, rules=scoped.worker_write_rules(),
+            opts=on_worker,
+        )
+        for job_namespace in dict.fromkeys(ns for ns, _ in platform.queue_plan.local_queues):
+            kubernetes_object(f"{name}-write-{job_namespace}",
+                              scoped.write_role_binding(job_namespace, kueue_objects.KUEUE_NAMESPACE),
+                              pulumi.ResourceOptions.merge(on_worker, pulumi.ResourceOptions(
+                                  depends_on=[write_role, account])))
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
             metadata={"name": f"{kueue_objects.MULTIKUEUE_ACCOUNT}-crb"},
@@ -150,6 +160,7 @@ class MultiKueuePlatform(pulumi.ComponentResource):
                 maintenance=dataclasses.replace(settings.maintenance, exclusion=None),
                 network=settings.network,
                 apis=args.apis,
+                managed_prometheus=settings.kueue.pod_monitoring,
             ),
             opts=child,
         )
@@ -178,7 +189,9 @@ class MultiKueuePlatform(pulumi.ComponentResource):
                     provider_opts, pulumi.ResourceOptions(depends_on=[self.kueue.ready, *depends_on])),
             )
 
-        clusters = [custom(f"cluster-{w.name}", kueue_objects.multikueue_cluster(w.name, a.secret_name), [a.secret])
+        # `pulumi up` waits for each worker's MultiKueueCluster to be Active (render/multikueue.py WAIT_FOR).
+        clusters = [custom(f"cluster-{w.name}", scoped.awaited(kueue_objects.multikueue_cluster(w.name, a.secret_name)),
+                           [a.secret])
                     for w, a in zip(mk.workers, accesses, strict=True)]
         config = custom("multikueue-config", kueue_objects.multikueue_config([w.name for w in mk.workers]), clusters)
         check = custom("multikueue-check", kueue_objects.multikueue_admission_check(), [config])

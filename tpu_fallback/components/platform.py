@@ -63,6 +63,7 @@ class TpuPlatform(pulumi.ComponentResource):
                 network=settings.network,
                 apis=args.apis,
                 extra_authorized_networks=args.manager_egress,
+                managed_prometheus=settings.kueue.pod_monitoring,
             ),
             opts=child,
         )

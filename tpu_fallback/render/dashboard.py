@@ -28,14 +28,28 @@ CHARTS: tuple[tuple[str, str, str], ...] = (
     ("Admitted workloads per ClusterQueue",
      "sum by (cluster, cluster_queue) (kueue_admitted_active_workloads)", "workloads"),
 )
+# MultiKueue's dispatches per worker (Kueue 0.19 pkg/metrics: multikueue_workloads_dispatched_total{cluster_queue,
+# cluster}, cluster the worker's name). Managed Prometheus sets `cluster` itself (the GKE cluster scraped, here the
+# manager), and a scraped label that collides with a target label is renamed exported_<name> (Prometheus
+# scrape_config honor_labels false, https://prometheus.io/docs/prometheus/latest/configuration/configuration/
+# #scrape_config; GMP's PodMonitoring targets carry project_id, location, cluster, namespace, job, instance).
+MULTIKUEUE_CHARTS: tuple[tuple[str, str, str], ...] = (
+    ("MultiKueue: workloads dispatched per worker",
+     "sum by (exported_cluster, cluster_queue) (rate(multikueue_workloads_dispatched_total[10m]))", "per second"),
+    ("MultiKueue: workloads admitted per worker",
+     "sum by (exported_cluster, cluster_queue) (rate(multikueue_workloads_admitted_total[10m]))", "per second"),
+)
 COLUMNS, WIDTH, HEIGHT = 48, 24, 16  # two charts per row on the dashboard's 48-column grid
 
 
-def kueue_dashboard(title: str) -> dict[str, Any]:
+def kueue_dashboard(title: str, multikueue: bool = False) -> dict[str, Any]:
     tiles = []
-    for i, (chart, query, unit) in enumerate(CHARTS):
+    for i, (chart, query, unit) in enumerate((*CHARTS, *(MULTIKUEUE_CHARTS if multikueue else ()))):
+        # The Dashboards API leaves zero-valued fields out of what it returns (proto3 JSON), so a tile at
+        # xPos 0 or yPos 0 read back differs from the one sent and every preview showed a change: zeros left out.
+        position = {k: v for k, v in (("xPos", (i % 2) * WIDTH), ("yPos", (i // 2) * HEIGHT)) if v}
         tiles.append({
-            "xPos": (i % 2) * WIDTH, "yPos": (i // 2) * HEIGHT, "width": WIDTH, "height": HEIGHT,
+            **position, "width": WIDTH, "height": HEIGHT,
             "widget": {
                 "title": chart,
                 "xyChart": {
