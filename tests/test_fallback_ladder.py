@@ -339,3 +339,39 @@ def test_no_second_move_goes_to_a_flavor_a_move_is_under_way_to(in_flight: dict[
     actions = d.decide(CONFIG, snap(T0 + 5, [mover, second], nodes=[node("reservation-pool"), node("spot-pool")],
                                     free={"on-demand": FULL}))
     assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("second", "spot")]
+
+
+def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counted_on_its_target_rung() -> None:
+    kube = ladder_cluster()
+    waiting = owned("job-2")  # reserved on dws (its Workload as Kueue keeps it), DWS not provisioned
+    assignment = waiting["status"]["admission"]["podSetAssignments"][1]
+    assignment["flavors"] = {k: "dws" for k in assignment["flavors"]}
+    waiting["status"]["conditions"] = [c for c in waiting["status"]["conditions"] if c["type"] == "QuotaReserved"]
+    waiting["metadata"]["resourceVersion"] = "77"
+    kube.objects["/apis/kueue.x-k8s.io/v1beta2/workloads"] = [waiting]
+    kube.objects["/api/v1/pods"] = []
+    node = {"metadata": {"name": "n1", "labels": {POOL: "reservation-pool"},
+                         "creationTimestamp": "2026-12-01T09:00:00Z"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    kube.objects["/api/v1/nodes"] = [node]
+    cq = {"metadata": {"name": "cluster-queue"}, "spec": {"resourceGroups": [{"flavors": [
+        {"name": f, "resources": [{"name": "cpu", "nominalQuota": "40"}, {"name": "memory", "nominalQuota": "75Gi"},
+                                  {"name": "google.com/tpu", "nominalQuota": "16"}]} for f in POOLS]}]}}
+    kube.objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"] = [cq]
+    metrics = Metrics()
+    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    (move,) = controller.reconcile(now=parse_now("2026-12-01T10:01:00Z"))
+    assert isinstance(move, d.Deactivate) and (move.target, move.rung) == ("reservation", "reservation")
+    (patch,) = [c for c in kube.calls if c[0] == "PATCH"]
+    assert patch[2]["spec"] == {"active": False} and patch[2]["metadata"]["resourceVersion"] == "77"
+    assert patch[2]["metadata"]["annotations"][d.MOVING_ANNOTATION].endswith(" to reservation")
+    # Kueue released it: the second half, counted on the target rung.
+    waiting["spec"]["active"] = False
+    waiting["status"] = {"conditions": []}
+    waiting["metadata"]["annotations"] = dict(patch[2]["metadata"]["annotations"])
+    (again,) = controller.reconcile(now=parse_now("2026-12-01T10:01:05Z"))
+    assert isinstance(again, d.Reactivate) and again.rung == "reservation"
+    reasons = [c[2]["reason"] for c in kube.calls if c[0] == "POST"]
+    assert reasons == ["MovingUp", "MovedUp"]
+    assert metrics.values['tpu_fallback_moves_up_total{rung="reservation"}'] == 1
+    assert metrics.values['tpu_fallback_moves_up_total{rung="onDemand"}'] == 0
