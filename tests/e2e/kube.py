@@ -1,4 +1,6 @@
-"""A tiny Kubernetes REST client for the end-to-end tests (standard library only).
+"""The end-to-end tests' Kubernetes client: a thin layer over the fallback controller's own HTTP client
+(tpu_fallback/fallback/kube.py `Kube`: its transport, keep-alive connection and WATCH stream), with what the tests
+need besides: discovery, server-side apply, deletes, and errors that carry the API server's message and reason.
 
 It speaks to the throw-away kube-apiserver started by `tests.e2e.controlplane.ControlPlane` with a bearer
 token and the control plane's CA. Objects are plain dicts, as decoded from the API server's JSON.
@@ -10,18 +12,16 @@ token and the control plane's CA. Objects are plain dicts, as decoded from the A
 - Every non-2xx answer raises `KubeError` with the HTTP status and the API server's own message; `get` and
   `delete` answer 404 with None and False instead.
 - `watch` opens a WATCH on a connection of its own; tests/e2e/informer.py keeps kinds in memory with it.
-- One keep-alive HTTPS connection per thread: the tests poll several times a second, and a TLS handshake per
-  request cost the API server (and this process) more CPU than the requests themselves. A request on a reused
-  connection that the server has closed meanwhile is sent once more on a new one.
+- One keep-alive HTTPS connection per thread (a `Kube.fork()` each): the tests poll several times a second, and a
+  TLS handshake per request cost the API server (and this process) more CPU than the requests themselves. A request
+  on a reused connection that the server has closed meanwhile is sent once more on a new one (by `Kube.send`).
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import http.client
 import json
-import socket
 import ssl
 import threading
 import time
@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from tpu_fallback.fallback import kube as product
 
 T = TypeVar("T")
 
@@ -102,12 +104,9 @@ class KubeClient:
         self.ca_file = Path(ca_file)
         self.token = token
         self.timeout = timeout
-        self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
-        url = urllib.parse.urlsplit(self.server)
-        if url.scheme != "https" or not url.hostname:
-            raise ValueError(f"server {server!r}: expected https://host[:port]")
-        self._host, self._port = url.hostname, url.port or 443
-        self._local = threading.local()  # .conn: this thread's keep-alive connection
+        self._kube = product.Kube(self.server, ssl.create_default_context(cafile=str(self.ca_file)),
+                                  lambda: token, timeout)
+        self._local = threading.local()  # .kube: this thread's fork of it (its own keep-alive connection)
         # group version -> kind -> Resource
         self._discovery: dict[str, dict[str, Resource]] = {}
 
@@ -139,53 +138,20 @@ class KubeClient:
             data = body.encode()
         else:
             data = json.dumps(body).encode()
-        headers = self._headers()
-        if data is not None:
-            headers["Content-Type"] = content_type
-        wait = self.timeout if timeout is None else timeout
-        for attempt in (1, 2):
-            conn, reused = self._connection()
-            try:
-                conn.timeout = wait  # for a new connection's connect()
-                if conn.sock is not None:
-                    conn.sock.settimeout(wait)
-                conn.request(method, url, body=data, headers=headers)
-                resp = conn.getresponse()
-                raw: bytes = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as err:
-                self._drop()
-                if reused and attempt == 1:
-                    continue  # the server closed the idle connection: once more on a new one
-                raise KubeError(0, f"cannot reach {self.server}: {err}", method=method, path=path) from err
-            except (OSError, http.client.HTTPException) as err:
-                self._drop()
-                raise KubeError(0, f"cannot reach {self.server}: {err}", method=method, path=path) from err
-            if resp.will_close:
-                self._drop()
-            if not 200 <= resp.status < 300:
-                raise _http_error(method, path, resp.status, raw)
-            break
+        try:
+            raw = self._thread_kube().send(method, url, data, content_type if data is not None else None,
+                                           verb=method.lower(), timeout=timeout)
+        except product.KubeError as err:
+            raise _http_error(method, path, err.status, err.body.encode()) from None
+        except (OSError, http.client.HTTPException) as err:
+            raise KubeError(0, f"cannot reach {self.server}: {err}", method=method, path=path) from err
         return _decode(raw)
 
-    def _connection(self) -> tuple[http.client.HTTPSConnection, bool]:
-        """This thread's connection, and whether it was used before (it may have been closed by the server)."""
-        conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, True
-        conn = self._local.conn = self._new_connection()
-        return conn, False
-
-    def _new_connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self.timeout)
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
-
-    def _drop(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            conn.close()
+    def _thread_kube(self) -> product.Kube:
+        kube: product.Kube | None = getattr(self._local, "kube", None)
+        if kube is None:
+            kube = self._local.kube = self._kube.fork()
+        return kube
 
     # --- discovery ------------------------------------------------------------------------------------------
 
@@ -303,25 +269,14 @@ class KubeClient:
     def watch(self, api_version: str, kind: str, resource_version: str, *, timeout_seconds: int) -> WatchStream:
         """Open a WATCH of a kind in every namespace from `resource_version`, bookmarks included; the server ends
         it after `timeout_seconds`. On its own connection (it stays open): see WatchStream."""
-        res = self.resource(api_version, kind)
-        query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
-                                        "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)})
-        path = f"{res.path()}?{query}"
-        conn = self._new_connection()
+        path = self.resource(api_version, kind).path()
         try:
-            conn.request("GET", path, headers=self._headers())
-            resp = conn.getresponse()
-            if not 200 <= resp.status < 300:
-                raise _http_error("WATCH", path, resp.status, resp.read())
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout_seconds + self.timeout)  # a server that went silent, not an idle kind
+            stream = self._kube.watch(path, resource_version, timeout_seconds)
+        except product.KubeError as err:
+            raise _http_error("WATCH", path, err.status, err.body.encode()) from None
         except (OSError, http.client.HTTPException) as err:
-            conn.close()
             raise KubeError(0, f"cannot reach {self.server}: {err}", method="WATCH", path=path) from err
-        except KubeError:
-            conn.close()
-            raise
-        return WatchStream(conn, resp, api_version, kind)
+        return WatchStream(stream, api_version, kind)
 
     def delete(
         self,
@@ -353,39 +308,27 @@ class KubeClient:
 
 
 class WatchStream:
-    """An open WATCH: iterating yields (event type, object) until the server ends it. `interrupt()`, from another
-    thread, ends it at once (the iteration then stops or raises OSError); the reading thread then `close()`s it."""
+    """An open WATCH (the product's `kube.WatchStream`): iterating yields (event type, object), each object with its
+    apiVersion and kind, until the server ends it. `interrupt()`, from another thread, ends it at once (the iteration
+    then stops or raises OSError); the reading thread then `close()`s it."""
 
-    def __init__(self, conn: http.client.HTTPSConnection, resp: http.client.HTTPResponse, api_version: str,
-                 kind: str) -> None:
-        self._conn = conn
-        self._resp = resp
+    def __init__(self, stream: product.WatchStream, api_version: str, kind: str) -> None:
+        self._stream = stream
         self._api_version = api_version
         self._kind = kind
 
     def __iter__(self) -> Iterator[tuple[str, Obj]]:
-        while True:
-            line = self._resp.readline()
-            if not line:
-                return
-            if not line.strip():
-                continue
-            event = json.loads(line)
-            obj: Obj = event.get("object") or {}
-            if event.get("type") != "ERROR":
+        for kind, obj in self._stream:
+            if kind != "ERROR":
                 obj.setdefault("apiVersion", self._api_version)
                 obj.setdefault("kind", self._kind)
-            yield str(event.get("type")), obj
+            yield kind, obj
 
     def interrupt(self) -> None:
-        sock = self._conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked reading it; the socket stays its own
+        self._stream.interrupt()
 
     def close(self) -> None:
-        self.interrupt()
-        self._conn.close()
+        self._stream.close()
 
 
 def _ns(res: Resource, namespace: str | None) -> str | None:

@@ -11,6 +11,9 @@ connection); a WATCH (`watch()`) streams on a connection of its own, closed with
 
 `on_request` is called with the verb of every request sent (get, list, watch, create, update, patch), forks and
 watches included: the controller counts them (tpu_fallback_api_requests_total).
+
+`send()` is the transport under every call (any method, the raw answer): the end-to-end tests' client
+(tests/e2e/kube.py) is a thin layer on it, so that one HTTP client serves the controller and the tests.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class KubeError(Exception):
     def __init__(self, status: int, method: str, path: str, body: str) -> None:
         super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
         self.status = status
+        self.body = body  # the API server's answer (a Status object's JSON, as a rule)
 
 
 class Kube:
@@ -165,12 +169,23 @@ class Kube:
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
               content_type: str | None = None, *, verb: str) -> Any:
         data = json.dumps(body).encode() if body is not None else None
+        return json.loads(self.send(method, path, data, content_type, verb=verb) or b"{}")
+
+    def send(self, method: str, path: str, data: bytes | None = None, content_type: str | None = None, *,
+             verb: str, timeout: float | None = None) -> bytes:
+        """One request on this thread's keep-alive connection; the answer's body as it came. A non-2xx answer
+        raises KubeError; a connection that fails raises OSError or http.client.HTTPException. `timeout`: this
+        request's, instead of the client's."""
         headers = self._headers(content_type)
         for attempt in (1, 2):
             reused = self._conn is not None
             conn = self._connection()
             try:
                 self._count(verb)
+                wait = self._timeout if timeout is None else timeout
+                conn.timeout = wait  # for a new connection's connect()
+                if conn.sock is not None:
+                    conn.sock.settimeout(wait)
                 conn.request(method, self._base + path, body=data, headers=headers)
                 response = conn.getresponse()
                 payload = response.read()
@@ -186,7 +201,7 @@ class Kube:
                 self.close()
             if not 200 <= response.status < 300:
                 raise KubeError(response.status, method, path, payload.decode(errors="replace"))
-            return json.loads(payload or b"{}")
+            return payload
         raise AssertionError("unreachable")
 
     def _connection(self) -> http.client.HTTPSConnection:
