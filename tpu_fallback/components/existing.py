@@ -17,9 +17,8 @@ import yaml
 from tpu_fallback.components.kueue import Kueue
 from tpu_fallback.components.platform import install_queues, queue_outputs
 from tpu_fallback.components.queues import FallbackQueues
-from tpu_fallback.model import capacity
 from tpu_fallback.model.outputs import InfraOutputs
-from tpu_fallback.model.queues import QueuePlan
+from tpu_fallback.model.queues import QueuePlan, node_pool_names
 from tpu_fallback.model.settings import ExistingClusterSettings, Settings
 from tpu_fallback.render.kubeconfig import gke_exec_kubeconfig
 
@@ -72,10 +71,7 @@ class ExistingClusterPlatform(pulumi.ComponentResource):
 
     def _outputs(self, existing: ExistingClusterSettings) -> InfraOutputs:
         settings = self.settings
-        pools = {key: [p.name for p in capacity.pool_layout(name, settings.tpu, slices)]
-                 for key, name, slices in (("onDemand", settings.on_demand.name, settings.on_demand.max_slices),
-                                           ("flexStart", settings.flex_start.name,
-                                            settings.flex_start.max_slices if settings.flex_start.active else 0))}
+        pools = node_pool_names(settings)  # the pools the settings describe (their rungs'), made elsewhere
         return InfraOutputs(
             cluster_name=existing.name,
             cluster_location=existing.location,

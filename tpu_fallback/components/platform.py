@@ -18,7 +18,7 @@ from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
 from tpu_fallback.model.outputs import InfraOutputs, system_quota_output, tpu_output
-from tpu_fallback.model.queues import FLEX_FLAVOR, ON_DEMAND_FLAVOR, SYSTEM_FLAVOR, QueuePlan, queue_plan
+from tpu_fallback.model.queues import QueuePlan, flavor_names, node_pool_names, queue_plan
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kueue_pod_monitoring
 
@@ -37,7 +37,8 @@ class TpuPlatform(pulumi.ComponentResource):
 
     settings: Settings
     cluster: GkeCluster
-    on_demand: TpuNodePool | None
+    rung_pools: dict[str, TpuNodePool]  # rung name -> its pools
+    on_demand: TpuNodePool | None  # today's plan A and plan B (None with a `ladder`)
     flex_start: TpuNodePool | None
     kueue: Kueue
     queue_plan: QueuePlan
@@ -82,17 +83,16 @@ class TpuPlatform(pulumi.ComponentResource):
                 **extra,
             )
 
-        on_demand, flex = settings.on_demand, settings.flex_start
-        self.on_demand = TpuNodePool(
-            f"{name}-plan-a",
-            plan_args(ON_DEMAND, on_demand.name, on_demand.max_slices, reservation=on_demand.reservation),
+        # One TpuNodePool per rung of the capacity ladder (today's plans: `<name>-plan-a`, `<name>-plan-b`).
+        ladder = settings.capacity_ladder
+        self.rung_pools = {rung.name: TpuNodePool(
+            f"{name}-{rung.component}",
+            plan_args(rung.kind, rung.pool, rung.max_slices,
+                      reservation=rung.reservation.name if rung.reservation is not None else None),
             opts=child,
-        ) if on_demand.max_slices > 0 else None
-        self.flex_start = TpuNodePool(
-            f"{name}-plan-b",
-            plan_args(FLEX_START, flex.name, flex.max_slices),
-            opts=child,
-        ) if flex.active else None
+        ) for rung in ladder.rungs}
+        self.on_demand = None if ladder.explicit else self.rung_pools.get(ON_DEMAND)
+        self.flex_start = None if ladder.explicit else self.rung_pools.get(FLEX_START)
 
         # Kueue and the queues need only the cluster's API server, not the TPU pools (they refer to pools
         # by label), so they are installed while GKE is still creating the pools.
@@ -112,10 +112,7 @@ class TpuPlatform(pulumi.ComponentResource):
             cluster_endpoint=cluster.endpoint,
             kubeconfig=self.cluster.kubeconfig,
             system_pool=self.cluster.system_pool.name if self.cluster.system_pool else None,
-            node_pools={
-                "onDemand": self.on_demand.names if self.on_demand else [],
-                "flexStart": self.flex_start.names if self.flex_start else [],
-            },
+            node_pools=node_pool_names(self.settings),
             **queue_outputs(self.settings, self.queue_plan),
         )
 
@@ -148,11 +145,7 @@ def queue_outputs(settings: Settings, plan: QueuePlan) -> dict[str, Any]:
         "cluster_queue": plan.cluster_queue,
         "local_queues": [{"namespace": ns, "name": q} for ns, q in plan.local_queues],
         "system_quota": system_quota_output(settings.queues.system_quota),
-        "flavors": {
-            "system": SYSTEM_FLAVOR,
-            "onDemand": ON_DEMAND_FLAVOR if plan.flavor(ON_DEMAND_FLAVOR) else None,
-            "flexStart": FLEX_FLAVOR if plan.flavor(FLEX_FLAVOR) else None,
-        },
+        "flavors": flavor_names(plan),
     }
 
 

@@ -1,4 +1,5 @@
-"""TpuNodePool: the node pools of one TPU plan, on-demand (plan A) or DWS flex-start (plan B)."""
+"""TpuNodePool: the node pools of one rung of the capacity ladder (tpu_fallback.model.ladder): on-demand (plan A), DWS
+flex-start (plan B), a specific reservation, or spot."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pulumi
 import pulumi_gcp as gcp
 
 from tpu_fallback.components.cluster import CLOUD_PLATFORM_SCOPE
-from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND, PoolShape, pool_layout
+from tpu_fallback.model.capacity import PoolShape, pool_layout
 from tpu_fallback.model.catalog import TpuSlice
-from tpu_fallback.model.labels import PLAN_LABEL, QUEUED_LABEL
+from tpu_fallback.model.labels import PLAN_LABEL, QUEUED_LABEL, SPOT_LABEL
+from tpu_fallback.model.ladder import FLEX_START, KINDS, ON_DEMAND, RESERVATION, SPOT
 
 
 @dataclass(frozen=True)
@@ -19,12 +21,12 @@ class TpuNodePoolArgs:
     project: str
     cluster_name: pulumi.Input[str]
     location: str
-    plan: str  # ON_DEMAND or FLEX_START
+    plan: str  # the rung's kind: ON_DEMAND, FLEX_START, RESERVATION or SPOT
     base_name: str
     tpu: TpuSlice
     max_slices: int
     node_service_account: pulumi.Input[str]
-    reservation: str | None = None  # on-demand only: a specific reservation to consume
+    reservation: str | None = None  # a specific reservation to consume (a reservation rung; plan A's optional one)
     secure_boot: bool = True  # Shielded VM secure boot (changing it replaces the pools: GKE cannot update it)
 
 
@@ -34,8 +36,10 @@ class TpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:tpu:TpuNodePool", name, None, opts)
-        if args.plan not in (ON_DEMAND, FLEX_START):
-            raise ValueError(f"plan must be {ON_DEMAND} or {FLEX_START}, not {args.plan!r}")
+        if args.plan not in KINDS.values():
+            raise ValueError(f"plan must be one of {', '.join(KINDS.values())}, not {args.plan!r}")
+        if args.plan == RESERVATION and not args.reservation:
+            raise ValueError("a reservation rung's pools need the reservation's name")
         self.shapes = pool_layout(args.base_name, args.tpu, args.max_slices)
         self.pools = [
             gcp.container.NodePool(
@@ -58,7 +62,12 @@ def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
     labels = {PLAN_LABEL: args.plan}
     if flex:
         labels[QUEUED_LABEL] = "true"
-    if args.reservation and not flex:
+    if args.reservation and args.plan in (ON_DEMAND, RESERVATION):
+        # pulumi-gcp NodePoolNodeConfigReservationAffinity: "To target a SPECIFIC_RESERVATION by name, specify
+        # "compute.googleapis.com/reservation-name" as the key and specify the name of your reservation as its value";
+        # SPECIFIC_RESERVATION "Must consume from a specific reservation" (no fall back to on-demand capacity, so the
+        # next rung is what a full reservation falls back to). GKE Standard node pools consume a specific reservation
+        # this way: https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations.
         reservation: dict[str, Any] = {
             "consume_reservation_type": "SPECIFIC_RESERVATION",
             "key": "compute.googleapis.com/reservation-name",
@@ -90,6 +99,13 @@ def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
     if args.tpu.multi_host:
         # COMPACT placement with the topology is what makes GKE build one ICI-connected slice.
         arguments["placement_policy"] = {"type": "COMPACT", "tpu_topology": args.tpu.topology}
+    if args.plan == SPOT:
+        # Spot VMs (pulumi-gcp NodePoolNodeConfig.spot: "Whether the nodes are created as spot VM instances"). GKE
+        # labels the nodes cloud.google.com/gke-spot=true; the taint is the pool's own (a Standard pool gets none unless
+        # it asks: https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms), so only pods that tolerate it (jobs
+        # with `preemptible: true`) run here; the spot flavor declares the same taint for Kueue.
+        node_config["spot"] = True
+        node_config["taints"] = [{"key": SPOT_LABEL, "value": "true", "effect": "NO_SCHEDULE"}]
     if flex:
         node_config["flex_start"] = True
         # No node_config.max_run_duration: with queued provisioning GKE takes the run time from the

@@ -140,3 +140,22 @@ def manager_queue_plan(settings: Settings) -> QueuePlan:
         namespace_labels=dict(q.namespace_labels) if q.namespace_labels else None,
         local_queues=tuple((lq.namespace, lq.name) for lq in q.local_queues),
     )
+
+
+def node_pool_names(settings: Settings) -> dict[str, list[str]]:
+    """The `nodePools` output: today's plans as {onDemand, flexStart}; a `ladder`'s pools by rung name, in order."""
+    ladder = settings.capacity_ladder
+    names = {rung.name: [p.name for p in rung.pools(settings.tpu)] for rung in ladder.rungs}
+    if ladder.explicit:
+        return names
+    by_kind = {rung.kind: names[rung.name] for rung in ladder.rungs}
+    return {"onDemand": by_kind.get(ON_DEMAND, []), "flexStart": by_kind.get(FLEX_START, [])}
+
+
+def flavor_names(plan: QueuePlan) -> dict[str, str | None]:
+    """The `flavors` output: the system flavor, and the first flavor of the onDemand and of the flex-start rung
+    (None without one; a ladder's other rungs are in `nodePools` and the ClusterQueue)."""
+    def first(kind: str) -> str | None:
+        return next((f.name for f in plan.flavors if f.plan == kind), None)
+
+    return {"system": SYSTEM_FLAVOR, "onDemand": first(ON_DEMAND), "flexStart": first(FLEX_START)}
