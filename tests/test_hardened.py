@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -247,3 +249,52 @@ def test_up_waits_for_every_multikueue_cluster_to_be_active() -> None:
                  if r.type.endswith(":AdmissionCheck") and r.name.endswith("multikueue-check"))
     for resource in (r for r in run.resources if r.type.endswith(":MultiKueueCluster")):
         assert run.depends_on(check, resource)
+
+
+# 10. The hardened example stack ------------------------------------------------------------------------------------
+
+
+def test_the_hardened_example_is_private_authorized_and_uses_no_default_service_account() -> None:
+    run = infra("hardened")
+    cluster = run.one(CLUSTER).inputs
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}
+    assert [b["cidrBlock"] for b in cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"]] == ["10.0.0.0/8"]
+    assert (cluster["network"], cluster["subnetwork"]) == ("tpu-vpc", "tpu-us-east5")
+    (nat,) = run.of_type(NAT)
+    (router,) = run.of_type(ROUTER)
+    assert (router.inputs["network"], nat.inputs["region"]) == ("tpu-vpc", "us-east5")
+    # Every VM of the stack runs as the stack's node account: the removed default pool and every pool.
+    (account,) = run.of_type(ACCOUNT)
+    email = f"{account.inputs['accountId']}@my-gcp-hardened-project.iam.gserviceaccount.com"
+    configs = [cluster["nodeConfig"], *(p.inputs["nodeConfig"] for p in run.of_type(NODE_POOL))]
+    assert len(configs) == 4 and all(c["serviceAccount"] == email for c in configs)
+    assert cluster["monitoringConfig"] == {"managedPrometheus": {"enabled": True}}
+    assert run.one(CLUSTER).protect is True
+
+
+def test_the_offline_plan_renders_the_hardened_example() -> None:
+    plan = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "hardened"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "tpu-hardened" in plan and "RouterNat" in plan and "10.0.0.0/8" in plan
+
+
+# 7. The Autopilot manager's Kueue writes nothing into kube-system -------------------------------------------------
+
+
+def test_the_autopilot_managers_kueue_chart_leaves_kube_system_alone() -> None:
+    run = infra("global")  # an Autopilot manager
+    values = {r.provider.split("::")[-2].removesuffix("-k8s"): r.inputs["values"] for r in run.of_type(RELEASE)}
+    manager = values.pop("tpu-global-manager")
+    # Kueue 0.19.2's chart: templates/visibility/role_binding.yaml is its only object in kube-system.
+    assert manager["enableVisibilityAuthReaderRoleBinding"] is False
+    assert {"name": "VisibilityOnDemand", "enabled": False} in manager["controllerManager"]["featureGates"]
+    # The Standard workers keep the chart's default (the binding, and the visibility API).
+    assert len(values) == 3
+    for worker in values.values():
+        assert "enableVisibilityAuthReaderRoleBinding" not in worker
+        assert "VisibilityOnDemand" not in {g["name"] for g in worker["controllerManager"]["featureGates"]}
+    standard = infra("global", {"multikueue": {"enabled": True, "manager": {"location": "europe-west4-a",
+                                                                            "autopilot": False},
+                                               "workers": [{"name": "us", "location": "us-east5-b"}]}})
+    assert all("enableVisibilityAuthReaderRoleBinding" not in r.inputs["values"]
+               for r in standard.of_type(RELEASE))

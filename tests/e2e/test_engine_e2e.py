@@ -617,3 +617,49 @@ def test_infra_destroy_removes_every_object(ws: Workspace, infra: InfraStack) ->
     assert not ws.secrets_in(ws.cli.backend_dir), ws.secrets_in(ws.cli.backend_dir)
     assert not ws.secrets_in(ws.cli.home), ws.secrets_in(ws.cli.home)
     assert_no_unexpected_warnings(ws, since)
+
+
+# --- 6. the hardened example's Kubernetes half ------------------------------------------------------------------
+
+HARDENED = "hardened"
+HARDENED_K8S = "hardened-k8s"  # the example's config, on this control plane as an existing cluster
+CREATED_CLUSTER_ONLY = ("clusterName", "gkeVersion", "network", "deletionProtection", "protect")
+
+
+def test_the_hardened_examples_queues_go_through_the_engine(ws: Workspace) -> None:
+    """Issue 28 item 10: Pulumi.hardened.yaml's Kubernetes half through the real engine. Its GCP half (private nodes,
+    Cloud NAT, authorized networks, the node account on every pool) cannot run here and is checked on the offline
+    plan (tests/test_hardened.py); the rest of its config goes on this control plane as an existing cluster
+    (kueue.install false: the harness's Kueue; no PodMonitoring CRD here), `up` is a fixed point, and the Kueue
+    objects live are exactly what the offline plan renders for the hardened stack itself. After the infra destroy,
+    so the two stacks' objects (same names) never meet."""
+    since = len(ws.cli.history)
+    config = yaml.safe_load((REPO_ROOT / f"Pulumi.{HARDENED}.yaml").read_text())["config"]
+    derived = {k: v for k, v in config.items() if k.partition(":")[2] not in CREATED_CLUSTER_ONLY}
+    derived[f"{INFRA_PROJECT}:existingCluster"] = {"name": "local", "location": config[f"{INFRA_PROJECT}:location"]}
+    derived[f"{INFRA_PROJECT}:kueue"] = {**config.get(f"{INFRA_PROJECT}:kueue", {}), "install": False,
+                                         "podMonitoring": False}
+    (ws.repo / f"Pulumi.{HARDENED_K8S}.yaml").write_text(yaml.safe_dump({"config": derived}, sort_keys=False))
+    ws.init_stack(ws.repo, HARDENED_K8S)
+    ws.pulumi("config", "set", "--secret", "kubeconfig", project=ws.repo, stack=HARDENED_K8S,
+              stdin=ws.kubeconfig_file.read_text())
+    rendered: list[dict[str, Any]] = []
+    try:
+        ws.pulumi("up", "--yes", project=ws.repo, stack=HARDENED_K8S)
+        expect_no_changes(ws, ws.repo, HARDENED_K8S)
+        rendered += [o for o in run_program(REPO_ROOT, HARDENED).kubernetes_objects() if o["kind"] in SERVER_DEFAULTS]
+        assert {o["kind"] for o in rendered} == set(SERVER_DEFAULTS)
+        for obj in rendered:
+            meta = obj["metadata"]
+            live = ws.client.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            assert live is not None, f"{obj['kind']} {meta['name']} is not on the API server"
+            live_spec = dict(live["spec"])
+            if not live_spec.get("nodeTaints"):  # the stack's own patch of plan A's taints (fallback off here)
+                live_spec.pop("nodeTaints", None)
+            assert live_spec == {**obj.get("spec", {}), **SERVER_DEFAULTS[obj["kind"]]}, (obj["kind"], meta["name"])
+        print(f"[engine-e2e] hardened: {len(rendered)} Kueue objects live as the hardened stack's offline plan")
+    finally:
+        ws.pulumi("destroy", "--yes", project=ws.repo, stack=HARDENED_K8S)
+    assert not wait_gone(ws.client, [(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+                                     for o in rendered], TIMEOUT)
+    assert_no_unexpected_warnings(ws, since)

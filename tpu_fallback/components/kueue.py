@@ -12,8 +12,10 @@ template carries the Kueue version, so an upgrade replaces the Job and the gate 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -23,6 +25,7 @@ from tpu_fallback.model.labels import NODEPOOL_LABEL
 from tpu_fallback.model.settings import FallbackSettings, KueueSettings
 from tpu_fallback.render.kueue import KUEUE_CHART, KUEUE_NAMESPACE, kueue_helm_values, readiness_probe_flavor
 
+VISIBILITY_GATE = "VisibilityOnDemand"
 DEFAULT_GATE_IMAGE = "registry.k8s.io/kubectl:v1.34.1"  # distroless kubectl, entrypoint kubectl
 GATE_TIMEOUT = "15m"
 
@@ -36,6 +39,11 @@ class KueueArgs:
     # What the release waits for besides the cluster: the system pool its pods are pinned to. Without it, on a
     # first `pulumi up` the release's --wait starts while GKE is still creating the pool (its pods Pending).
     after: Sequence[pulumi.Resource] = ()
+    # An Autopilot cluster (the MultiKueue manager) refuses every create in kube-system, its managed namespace
+    # ("GKE Warden authz [denied by managed-namespaces-limitation]"; GKE Autopilot overview, managed namespaces,
+    # https://cloud.google.com/kubernetes-engine/docs/concepts/autopilot-overview), so the chart's one object there
+    # must go (autopilot_values).
+    autopilot: bool = False
 
 
 class Kueue(pulumi.ComponentResource):
@@ -66,7 +74,8 @@ class Kueue(pulumi.ComponentResource):
             chart=KUEUE_CHART,
             version=args.kueue.version,
             namespace=self.namespace.metadata["name"],
-            values=kueue_helm_values(args.kueue, args.system_pool, args.fallback),
+            values=autopilot_values(kueue_helm_values(args.kueue, args.system_pool, args.fallback))
+            if args.autopilot else kueue_helm_values(args.kueue, args.system_pool, args.fallback),
             # Wait for the controller's Deployment to be Ready (helm --wait); the gate covers the rest.
             skip_await=False,
             timeout=600,
@@ -139,3 +148,21 @@ class Kueue(pulumi.ComponentResource):
                 ),
             ),
         )
+
+
+def autopilot_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The chart's values for an Autopilot cluster. Kueue 0.19.2's chart creates one object in kube-system, the
+    visibility server's RoleBinding to extension-apiserver-authentication-reader
+    (templates/visibility/role_binding.yaml, enableVisibilityAuthReaderRoleBinding), which Autopilot refuses and
+    with it the whole release. Without that binding the visibility server cannot read its authentication
+    ConfigMap and the controller exits (cmd/kueue/main.go: os.Exit(1) when CreateAndStartVisibilityServer fails;
+    k8s.io/apiserver delegating authentication does not tolerate the lookup failure by default), so its feature
+    gate VisibilityOnDemand (beta, on by default since 0.9) is turned off too: the manager then serves no
+    pending-workloads visibility API (`kubectl get --raw /apis/visibility.kueue.x-k8s.io/...`); the workers,
+    on Standard clusters, still do."""
+    out = copy.deepcopy(values)
+    out["enableVisibilityAuthReaderRoleBinding"] = False
+    manager = out.setdefault("controllerManager", {})
+    gates = [g for g in manager.get("featureGates", []) if g["name"] != VISIBILITY_GATE]
+    manager["featureGates"] = [*gates, {"name": VISIBILITY_GATE, "enabled": False}]
+    return out

@@ -169,7 +169,8 @@ class MultiKueuePlatform(pulumi.ComponentResource):
             f"{manager.cluster_name}-kueue",
             KueueArgs(settings.kueue, None if manager.autopilot else settings.system_pool.name,
                       after=[*([self.manager.system_pool] if self.manager.system_pool else []),
-                             *(args.egress.nats if args.egress else [])]),
+                             *(args.egress.nats if args.egress else [])],
+                      autopilot=manager.autopilot),
             opts=on_manager,
         )
         provider_opts = pulumi.ResourceOptions(parent=self, provider=self.manager.provider)
