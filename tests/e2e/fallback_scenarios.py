@@ -1325,104 +1325,35 @@ def run_stockout_time_to_running(env: Env, window: float, *, events: bool = True
 
 
 # --- issue 27: a capacity ladder (reservation -> on-demand -> spot -> flex-start) ------------------------------------
-# The ladder's stack is not rendered by the program yet (issue 27 part 1 renders its pools and Kueue objects); until
-# it is, `ladder_plan` derives a 4-rung plan from the dev stack's with the fallback, object by object, from what the
-# program renders for plan A: a reservation pool (one 4x4 slice, fixed size, reservation_affinity SPECIFIC) and a Spot
-# pool (nodeConfig.spot, GKE's spot taint as the pool's own taint), each a copy of plan A's pool; their flavors copies
-# of plan A's (the spot flavor declares the spot taint, so only jobs that tolerate it land there); the ClusterQueue's
-# TPU flavors in ladder order with plan A's quota each; the controller's ClusterRole allowed to taint every rung not
-# queued; its config.json with "rungs".
+# The example ladder stack (Pulumi.ladder.yaml: v6e 4x4, a reservation of one slice, on-demand 1, spot 2, flex-start
+# 2 slices) with this module's short fallback times: its pools, flavors (the spot ones with GKE's spot taint), one
+# ClusterQueue in ladder order and the controller's config.json with "rungs", all as the program renders them.
 
-RESERVATION_POOL, SPOT_POOL = "reservation-pool", "spot-pool"
-RESERVATION, SPOT = "reservation", "spot"  # their flavors
-# GKE's taint for Spot nodes (https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms: "cloud.google.com/
-# gke-spot=true:NoSchedule"), and the toleration a preemptible job adds.
-SPOT_TAINT: Mapping[str, str] = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
-SPOT_TOLERATION: Mapping[str, str] = {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
-                                      "effect": "NoSchedule"}
-LADDER_RUNGS: tuple[tuple[str, str, bool], ...] = (  # (rung, flavor, queued), most preferred first
-    ("reservation", RESERVATION, False), ("onDemand", PLAN_A_POOL.removesuffix("-pool"), False),
-    ("spot", SPOT, False), ("flexStart", "dws", True))
+LADDER = gs.Stack("ladder", {"fallback": dict(FALLBACK_SETTINGS)})
+# Idle nodes stay 30 s real here (GKE: 10 min of cluster-autoscaler's --scale-down-unneeded-time): a move up needs a
+# Ready node on the freed rung, and on GKE the controller acts seconds after a job ends, minutes before the pool
+# shrinks; 6 s real would make that a race under a busy CPU, which GKE's own times do not.
+LADDER_TIMINGS = replace(TIMINGS, scale_down_unneeded=3000)
 LADDER_EVENTS = ("RungStockOut", "RungReopened", "EvictedFromRung", "MovingUp", "MovedUp")
-NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
-FLAVOR_TYPE = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
-
-
-def ladder_plan(infra: ProgramRun) -> ProgramRun:
-    """A 4-rung ladder (LADDER_RUNGS) on the cluster of `infra`, a dev plan with the fallback (see above)."""
-    resources = copy.deepcopy(infra.resources)
-    plan_a_flavor = LADDER_RUNGS[1][1]
-    (pool,) = [r for r in resources if r.type == NODE_POOL_TYPE and r.inputs["name"] == PLAN_A_POOL]
-    (flavor,) = [r for r in resources if r.type == FLAVOR_TYPE and r.inputs["metadata"]["name"] == plan_a_flavor]
-
-    def pool_copy(name: str, rung: str, **config: Any) -> Any:
-        inputs = copy.deepcopy(pool.inputs)
-        inputs["name"] = name
-        inputs["nodeConfig"] = {**inputs["nodeConfig"], **config,
-                                "labels": {**inputs["nodeConfig"]["labels"], "tpu-fallback/plan": rung}}
-        return replace(pool, name=pool.name.replace(PLAN_A_POOL, name), urn=pool.urn.replace(PLAN_A_POOL, name),
-                       inputs=inputs)
-
-    reserved = pool_copy(RESERVATION_POOL, "reservation", reservationAffinity={
-        "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
-        "values": ["tpu-reservation"]})
-    del reserved.inputs["autoscaling"], reserved.inputs["initialNodeCount"]
-    reserved.inputs["nodeCount"] = int(pool.inputs["autoscaling"]["maxNodeCount"])  # the reservation's size
-    spot = pool_copy(SPOT_POOL, "spot", spot=True, taints=[{"key": SPOT_TAINT["key"], "value": SPOT_TAINT["value"],
-                                                            "effect": "NO_SCHEDULE"}])
-
-    def flavor_copy(name: str, pool_name: str, taints: Sequence[Mapping[str, str]] = ()) -> Any:
-        inputs = copy.deepcopy(flavor.inputs)
-        inputs["metadata"]["name"] = name
-        inputs["spec"]["nodeLabels"] = {POOL_LABEL: pool_name}
-        if taints:
-            inputs["spec"]["nodeTaints"] = [dict(t) for t in taints]
-        return replace(flavor, name=flavor.name.replace(plan_a_flavor, name),
-                       urn=flavor.urn.replace(f"flavor-{plan_a_flavor}", f"flavor-{name}"), inputs=inputs)
-
-    added = [reserved, spot, flavor_copy(RESERVATION, RESERVATION_POOL), flavor_copy(SPOT, SPOT_POOL, [SPOT_TAINT])]
-    at = next(i for i, r in enumerate(resources) if r is flavor) + 1
-    resources[at:at] = added
-    order = [flavor_name for _rung, flavor_name, _queued in LADDER_RUNGS]
-    for r in resources:
-        kind = r.type.rsplit(":", 1)[-1]
-        if kind == "ClusterQueue":
-            for group in r.inputs["spec"]["resourceGroups"]:
-                by_name = {f["name"]: f for f in group["flavors"]}
-                if plan_a_flavor not in by_name:
-                    continue
-                for name in (RESERVATION, SPOT):
-                    by_name[name] = {**copy.deepcopy(by_name[plan_a_flavor]), "name": name}
-                group["flavors"] = [f for n, f in by_name.items() if n not in order] + [by_name[n] for n in order]
-        elif kind == "ClusterRole" and r.inputs["metadata"]["name"] == CONTROLLER_NAME:
-            for rule in r.inputs["rules"]:
-                if rule.get("resourceNames") == [plan_a_flavor]:
-                    rule["resourceNames"] = [f for _r, f, queued in LADDER_RUNGS if not queued]
-        elif kind == "ConfigMap" and CONTROLLER_CONFIG_KEY in (r.inputs.get("data") or {}):
-            config = json.loads(r.inputs["data"][CONTROLLER_CONFIG_KEY])
-            pools = {RESERVATION: RESERVATION_POOL, plan_a_flavor: PLAN_A_POOL, SPOT: SPOT_POOL}
-            config["rungs"] = [{"name": rung, "flavors": [f], "queued": queued,
-                                **({} if queued else {"nodeSelector": f"{POOL_LABEL} in ({pools[f]})"})}
-                               for rung, f, queued in LADDER_RUNGS]
-            r.inputs["data"][CONTROLLER_CONFIG_KEY] = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    return replace(infra, resources=resources)
+# The kinds of flavor plan_of names (the pools' tpu-fallback/plan label).
+RESERVATION, ON_DEMAND, SPOT, FLEX_START = "reservation", "on-demand", "spot", "flex-start"
 
 
 class LadderBox(FallbackBox):
-    """A FallbackBox whose plan is the 4-rung ladder (`ladder_plan`) of the dev stack with the fallback."""
+    """A FallbackBox of the example ladder stack."""
 
-    def __init__(self, timings: Timings = TIMINGS) -> None:
-        super().__init__(FALLBACK, timings)
-        self.infra = ladder_plan(self.infra)
+    def __init__(self) -> None:
+        super().__init__(LADDER, LADDER_TIMINGS)
 
 
-def preemptible(rayjob: Mapping[str, Any]) -> dict[str, Any]:
-    """The RayJob with the spot toleration on its TPU workers: it may land on the spot rung."""
-    out = copy.deepcopy(dict(rayjob))
-    for group in out["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
-        pod = group["template"]["spec"]
-        pod["tolerations"] = [*pod.get("tolerations", []), dict(SPOT_TOLERATION)]
-    return out
+def render_jobs(infra: ProgramRun, jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs dev stack's objects for the `jobs` config (any keys the jobs program reads: preemptible, ...)."""
+    from tpu_fallback.offline.mockrun import REPO_ROOT, run_program
+
+    refs = {scenario.INFRA_STACK: {"outputs": copy.deepcopy(infra.outputs),
+                                   "secretOutputNames": sorted(infra.secret_outputs)}}
+    run = run_program(REPO_ROOT / "jobs", "dev", {"jobs": [dict(j) for j in jobs]}, stack_references=refs)
+    return run.kubernetes_objects()
 
 
 def ladder_events(client: KubeClient, reason: str) -> list[dict[str, Any]]:
@@ -1435,67 +1366,81 @@ def taint_values_of(history: Sequence[tuple[float, str | None]]) -> list[str]:
     return [v for _t, v in history if v is not None]
 
 
-def taint_values(watch: FallbackWatch, flavor: str) -> list[str]:
-    return taint_values_of(watch.taints.get(flavor, []))
-
-
 def events_of(facts: Mapping[str, Any], reason: str, kind: str | None = None) -> int:
     """How many of the controller's Events of `reason` run_ladder found (on objects of `kind`)."""
     return event_count(facts["events"].get(reason, []), kind)
 
 
 def run_ladder(env: Env) -> gs.Outcome:
-    """Issue 27's done-when on the 4-rung ladder. The reservation is taken by job `res-1` (40 s); on-demand is
-    stocked out and DWS has no capacity for now. Job `ladder-2` (not preemptible) is admitted to on-demand, GKE's
+    """Issue 27's done-when on the example ladder. The reservation is taken by job `ladder-1` (40 s); on-demand and
+    flex-start have no capacity for now. Job `ladder-2` (not preemptible) is admitted to on-demand, GKE's
     FailedScaleUp closes on-demand and the controller evicts it: it skips spot (it does not tolerate the spot taint)
-    and lands on flex-start, where it waits. Job `ladder-3` (preemptible) lands on spot and runs; then Spot is
-    preempted and out of capacity: its replacement workers get FailedScaleUp, the controller closes spot and
-    requeues the job (flex-start, waiting). When `res-1` finishes, the job waiting longest on flex-start
-    (`ladder-2`) moves up to the reservation and runs there; when it finishes, `ladder-3` moves up too and
+    and lands on flex-start, where it waits. Job `spot-1` (preemptible: true) lands on spot and runs; then its Spot
+    VMs are preempted and Spot has no capacity: its replacement workers get FailedScaleUp, the controller closes
+    spot and requeues the job (to flex-start, waiting). When `ladder-1` finishes, the job waiting longest on
+    flex-start (`ladder-2`) moves up to the reservation and runs there; when it finishes, `spot-1` moves up too and
     finishes."""
     client, sim = env.client, env.sim
     watch = env.watch()
     scenario.apply_infra(client, env.infra)
     watch.poll()
-    sim.set_capacity([PLAN_A_POOL, PLAN_B_POOL], False)
+    plans = plan_of(env.infra, sim)
+    pools_of = {kind: [p.name for p in sim.pools.values() if p.plan == kind] for kind in set(plans.values())}
+    sim.set_capacity(pools_of[ON_DEMAND] + pools_of[FLEX_START], False)
     wall_minus_watch = time.time() - watch.now()
-    objects = _jobs(env, 3, "ladder", {1: 40.0, 2: 8.0, 3: 25.0})
-    objects = [preemptible(o) if o["kind"] == "RayJob" and o["metadata"]["name"] == "ladder-3" else o
-               for o in objects]
-    bound = env.bounds()
-    facts: dict[str, Any] = {"bound": bound, "wall_minus_watch": wall_minus_watch}
+    queue = "default/user-queue"
+    objects = render_jobs(env.infra, [{"name": "ladder", "count": 2, "queue": queue},
+                                      {"name": "spot", "count": 1, "queue": queue, "preemptible": True}])
+    run_times = {"ladder-1": 40.0, "ladder-2": 8.0, "spot-1": 25.0}
+    objects = [with_run_time(o, run_times[o["metadata"]["name"]]) if o["kind"] == "RayJob" else o for o in objects]
+    facts: dict[str, Any] = {"bound": env.bounds(), "wall_minus_watch": wall_minus_watch, "plans": plans}
+
+    def closed(kind: str) -> bool:
+        return any(taint_values_of(watch.taints.get(f, [])) for f, k in plans.items() if k == kind)
+
+    def last_kind(record: gs.JobRecord) -> str | None:
+        reserved = watch.track(record).flavors_reserved()
+        return plans.get(reserved[-1]) if reserved else None
+
     first = _submit_one(watch, objects, "ladder-1")
     watch.wait_running([first], 60)
     second = _submit_one(watch, objects, "ladder-2")
-    watch.wait(lambda: taint_values(watch, "on-demand"), 60, "on-demand to close", interval=0.1)
-    watch.wait(lambda: watch.track(second).flavors_reserved()[-1:] == ["dws"], 60, "ladder-2 on flex-start")
-    facts["second_waiting_on_dws_at"] = watch.now()
-    third = _submit_one(watch, objects, "ladder-3")
+    watch.wait(lambda: closed(ON_DEMAND), 60, "on-demand to close", interval=0.1)
+    watch.wait(lambda: last_kind(second) == FLEX_START, 60, "ladder-2 on flex-start")
+    third = _submit_one(watch, objects, "spot-1")
     watch.wait_running([third], 60)
-    facts["third_on_spot"] = {p for pools in third.worker_pools().values() for p in pools}
-    # Spot preempted, and no Spot capacity for the replacements.
-    sim.set_capacity(SPOT_POOL, False)
-    facts["preempted_nodes"] = sim.preempt_spot(SPOT_POOL)
+    facts["third_pools"] = {p for pools in third.worker_pools().values() for p in pools}
+    # Its Spot VMs preempted, and no Spot capacity for the replacements.
+    sim.set_capacity(pools_of[SPOT], False)
+    facts["preempted_nodes"] = [n for pool in sorted(facts["third_pools"]) for n in sim.preempt_spot(pool)]
     facts["preempted_at"] = watch.now()
-    watch.wait(lambda: taint_values(watch, SPOT), 60, "spot to close after the preemption", interval=0.1)
-    watch.wait(lambda: watch.track(third).flavors_reserved()[-1:] == ["dws"], 60, "ladder-3 requeued to flex-start")
-    facts["third_requeued_at"] = watch.now()
+    watch.wait(lambda: closed(SPOT), 60, "spot to close after the preemption", interval=0.1)
+    watch.wait(lambda: last_kind(third) == FLEX_START, 60, "spot-1 requeued to flex-start")
     watch.wait_finished([first], 90)
-    watch.wait(lambda: RESERVATION in watch.track(second).flavors_reserved(), 60, "ladder-2 to move up")
+    watch.wait(lambda: last_kind(second) == RESERVATION, 60, "ladder-2 to move up")
     watch.wait_finished([second], 90)
-    watch.wait(lambda: RESERVATION in watch.track(third).flavors_reserved(), 60, "ladder-3 to move up")
+    watch.wait(lambda: last_kind(third) == RESERVATION, 60, "spot-1 to move up")
     watch.wait_finished([third], 120)
+    records = (first, second, third)
     facts["finished_conditions"] = {
         r.name: _unix(next((c.get("lastTransitionTime") for c in (watch.track(r).last.get("status") or {}).get(
-            "conditions") or [] if c.get("type") == "Finished"), None)) for r in (first, second, third)}
-    facts["reservations"] = {r.name: list(watch.track(r).reservations) for r in (first, second, third)}
+            "conditions") or [] if c.get("type") == "Finished"), None)) for r in records}
+    # Per job: (unix time first seen, kind of the flavor) of each reservation.
+    facts["reservations"] = {r.name: [(t + wall_minus_watch, plans.get(f, f)) for t, f in watch.track(r).reservations]
+                             for r in records}
     facts["no_capacity"] = {r.name: no_capacity_events(client, r) for r in (second, third)}
+    facts["closes"] = {kind: sorted(float(v) for f, k in plans.items() if k == kind
+                                    for v in set(taint_values_of(watch.taints.get(f, []))))
+                       for kind in set(plans.values())}
     facts["taints"] = {f: list(h) for f, h in watch.taints.items()}
     facts["metrics"] = env.controller.metrics()
+    facts["rung_of_kind"] = {plans[r["flavors"][0]]: r["name"] for r in env.config["rungs"]}  # for the metrics
     facts["events"] = {reason: ladder_events(client, reason) for reason in LADDER_EVENTS}
     facts["node_shutdown_events"] = [e for e in client.list("v1", "Event", "default")
                                      if e.get("reason") == "Shutdown" and e["involvedObject"].get("kind") == "Node"]
-    facts["jobs"] = {r.name: job_summary(client, watch, r) for r in (first, second, third)}
-    facts["plans"] = plan_of(env.infra, sim)
+    facts["jobs"] = {r.name: {**job_summary(client, watch, r), "kinds": [plans.get(f, f) for f in
+                                                                          watch.track(r).flavors_reserved()]}
+                     for r in records}
+    facts["pool_kinds"] = {p.name: p.plan for p in sim.pools.values()}
     facts["controller_log"] = env.controller.lines()
     return gs.Outcome(watch, facts)

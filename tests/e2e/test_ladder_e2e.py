@@ -2,8 +2,9 @@
 flex-start) with the real Kueue, KubeRay and the fallback controller as shipped (its ConfigMap's files, with
 "rungs").
 
-The ladder's plan is the dev stack's with the fallback, grown to four rungs by fallback_scenarios.ladder_plan (the
-program does not render ladders yet). One scenario (fallback_scenarios.run_ladder), four claims:
+The stack is the example ladder (Pulumi.ladder.yaml) with fallback_scenarios' short fallback times, its pools,
+Kueue objects and controller config as the program renders them; the jobs come from the jobs program (the
+preemptible one with `preemptible: true`). One scenario (fallback_scenarios.run_ladder), four claims:
 
 - the reservation full, on-demand stocked out, a job that is not preemptible lands on flex-start (closing
   on-demand on GKE's FailedScaleUp, never spot, whose taint it does not tolerate);
@@ -28,7 +29,6 @@ from tests.e2e import fallback_scenarios as fs
 
 pytestmark = pytest.mark.e2e
 
-ON_DEMAND, DWS = "on-demand", "dws"
 ROUNDING = 1.0  # Events, conditions and the taint's value carry whole seconds
 
 
@@ -39,82 +39,78 @@ def ladder() -> Iterator[dict[str, Any]]:
         out = fs.run_ladder(env)
     facts = out.facts
     for name, job in facts["jobs"].items():
-        print(f"  {name}: reserved {job['reserved']}, workers on {sorted(job['worker_pools'])}, evictions "
+        print(f"  {name}: reserved {job['kinds']}, workers on {sorted(job['worker_pools'])}, evictions "
               f"{job['evictions']}")
-    print(f"  closes: { {f: fs.taint_values_of(h) for f, h in facts['taints'].items()} }")
-    start = facts["wall_minus_watch"]
-    held = {j: [(round(t + start), f) for t, f in r] for j, r in facts["reservations"].items()}
-    print(f"  reservations (unix s): {held}")
-    print(f"  GKE's no-capacity Events: {facts['no_capacity']}; preempted at {facts['preempted_at'] + start:.0f}; "
-          f"Finished: {facts['finished_conditions']}")
+    print(f"  closes (unix s): {facts['closes']}")
+    print(f"  reservations (unix s): { {j: [(round(t), k) for t, k in r] for j, r in facts['reservations'].items()} }")
+    print(f"  GKE's no-capacity Events: {facts['no_capacity']}; preempted at "
+          f"{facts['preempted_at'] + facts['wall_minus_watch']:.0f}; Finished: {facts['finished_conditions']}")
     print("  controller: " + "\n  controller: ".join(
         line for line in facts["controller_log"] if any(w in line for w in ("close", "reopen", "evict", "move"))))
     yield facts
 
 
-def closes(facts: Mapping[str, Any], flavor: str) -> list[float]:
-    return [float(v) for v in fs.taint_values_of(facts["taints"].get(flavor, []))]
-
-
-def reserved_at(facts: Mapping[str, Any], job: str, flavor: str) -> float:
-    """The unix time the watch first saw the job hold quota on `flavor`."""
-    return float(next(t for t, f in facts["reservations"][job] if f == flavor) + facts["wall_minus_watch"])
+def reserved_at(facts: Mapping[str, Any], job: str, kind: str) -> float:
+    """The unix time the watch first saw the job hold quota on a flavor of `kind`."""
+    return float(next(t for t, k in facts["reservations"][job] if k == kind))
 
 
 def test_a_job_that_is_not_preemptible_lands_on_flex_start_past_the_full_reservation_and_stocked_out_on_demand(
         ladder: dict[str, Any]) -> None:
     job = ladder["jobs"]["ladder-2"]
-    assert ladder["jobs"]["ladder-1"]["reserved"] == [fs.RESERVATION], ladder["jobs"]["ladder-1"]
+    assert ladder["jobs"]["ladder-1"]["kinds"] == [fs.RESERVATION], ladder["jobs"]["ladder-1"]
     # On-demand first (the reservation's quota was taken), then flex-start; never spot.
-    assert job["reserved"][:2] == [ON_DEMAND, DWS], job
-    assert fs.SPOT not in job["reserved"], job
-    # On-demand closed on GKE's FailedScaleUp, not before it, within the controller's latency; nothing else closed
-    # then (the reservation never: it holds its own capacity).
+    assert job["kinds"][:2] == [fs.ON_DEMAND, fs.FLEX_START], job
+    assert fs.SPOT not in job["kinds"], job
+    # On-demand closed on GKE's FailedScaleUp, not before it, within the controller's latency; the reservation never
+    # (it holds its own capacity), spot not then.
     (event, *_) = ladder["no_capacity"]["ladder-2"]
-    (close, *_) = closes(ladder, ON_DEMAND)
+    (close, *_) = ladder["closes"][fs.ON_DEMAND]
     assert event - ROUNDING <= close <= event + fs.CONTROLLER_LATENCY, (event, close)
-    assert closes(ladder, fs.RESERVATION) == [], ladder["taints"]
-    assert all(c > close + ROUNDING for c in closes(ladder, fs.SPOT)), ladder["taints"]
-    assert reserved_at(ladder, "ladder-2", DWS) <= event + fs.CONTROLLER_LATENCY, ladder["reservations"]
+    assert ladder["closes"][fs.RESERVATION] == [], ladder["closes"]
+    assert all(c > close + ROUNDING for c in ladder["closes"][fs.SPOT]), ladder["closes"]
+    assert reserved_at(ladder, "ladder-2", fs.FLEX_START) <= event + fs.CONTROLLER_LATENCY, ladder["reservations"]
 
 
 def test_a_preemptible_job_lands_on_spot(ladder: dict[str, Any]) -> None:
-    job = ladder["jobs"]["ladder-3"]
-    assert job["reserved"][0] == fs.SPOT, job
-    assert ladder["third_on_spot"] == {fs.SPOT_POOL}, ladder["third_on_spot"]
+    job = ladder["jobs"]["spot-1"]
+    assert job["kinds"][0] == fs.SPOT, job
+    assert {ladder["pool_kinds"][p] for p in ladder["third_pools"]} == {fs.SPOT}, ladder["third_pools"]
 
 
 def test_a_spot_preemption_requeues_the_job_and_it_finishes(ladder: dict[str, Any]) -> None:
-    job = ladder["jobs"]["ladder-3"]
+    job = ladder["jobs"]["spot-1"]
     # GKE's shutdown of every preempted node was recorded (the kubelet's Event), and the job lost its workers.
+    assert ladder["preempted_nodes"], ladder
     assert {e["involvedObject"]["name"] for e in ladder["node_shutdown_events"]} == set(ladder["preempted_nodes"])
     # Spot closed on the FailedScaleUp of the replacement workers, within the controller's latency; the job was
     # requeued (deactivated by the controller, active again), went down to flex-start, then up to the reservation.
-    spot_events = [t for t in ladder["no_capacity"]["ladder-3"]
+    spot_events = [t for t in ladder["no_capacity"]["spot-1"]
                    if t >= ladder["preempted_at"] + ladder["wall_minus_watch"] - ROUNDING]
     assert spot_events, ladder["no_capacity"]
-    close = closes(ladder, fs.SPOT)[0]
+    close = ladder["closes"][fs.SPOT][0]
     assert spot_events[0] - ROUNDING <= close <= spot_events[0] + fs.CONTROLLER_LATENCY, (spot_events, close)
-    assert job["reserved"] == [fs.SPOT, DWS, fs.RESERVATION], job
+    assert job["kinds"] == [fs.SPOT, fs.FLEX_START, fs.RESERVATION], job
     assert job["evictions"].get("Deactivated", 0) == 2, job  # the requeue, then the move up
-    assert reserved_at(ladder, "ladder-3", DWS) <= spot_events[0] + fs.CONTROLLER_LATENCY, ladder["reservations"]
+    assert reserved_at(ladder, "spot-1", fs.FLEX_START) <= spot_events[0] + fs.CONTROLLER_LATENCY, \
+        ladder["reservations"]
     assert job["succeeded"] == 1 or job["state"] == "Complete", job
-    assert fs.events_of(ladder, "EvictedFromRung", "Workload") >= 2  # ladder-2 from on-demand, ladder-3 from spot
+    assert fs.events_of(ladder, "EvictedFromRung", "Workload") >= 2  # ladder-2 from on-demand, spot-1 from spot
 
 
 def test_a_job_waiting_on_flex_start_moves_to_the_reservation_when_it_frees(ladder: dict[str, Any]) -> None:
     job = ladder["jobs"]["ladder-2"]
-    assert job["reserved"] == [ON_DEMAND, DWS, fs.RESERVATION], job
-    assert job["worker_pools"] == {fs.RESERVATION_POOL}, job
+    assert job["kinds"] == [fs.ON_DEMAND, fs.FLEX_START, fs.RESERVATION], job
+    assert {ladder["pool_kinds"][p] for p in job["worker_pools"]} == {fs.RESERVATION}, job
     # Moved within the controller's latency of the reservation's release (job 1's Workload Finished).
     released = ladder["finished_conditions"]["ladder-1"]
     assert released is not None
     assert released - ROUNDING <= reserved_at(ladder, "ladder-2", fs.RESERVATION) <= \
         released + fs.CONTROLLER_LATENCY, (released, ladder["reservations"]["ladder-2"])
-    assert fs.events_of(ladder, "MovedUp", "Workload") == 2  # ladder-2, then ladder-3
-    metrics = ladder["metrics"]
-    assert metrics.get('tpu_fallback_moves_up_total{rung="reservation"}') == 2, metrics
-    assert metrics.get('tpu_fallback_rung_closes_total{rung="onDemand"}') == 1, metrics
-    assert metrics.get('tpu_fallback_rung_closes_total{rung="spot"}') == 1, metrics
-    assert metrics.get('tpu_fallback_rung_closes_total{rung="reservation"}') == 0, metrics
+    assert fs.events_of(ladder, "MovedUp", "Workload") == 2  # ladder-2, then spot-1
+    metrics, rung = ladder["metrics"], ladder["rung_of_kind"]
+    assert metrics.get(f'tpu_fallback_moves_up_total{{rung="{rung[fs.RESERVATION]}"}}') == 2, metrics
+    assert metrics.get(f'tpu_fallback_rung_closes_total{{rung="{rung[fs.ON_DEMAND]}"}}') == 1, metrics
+    assert metrics.get(f'tpu_fallback_rung_closes_total{{rung="{rung[fs.SPOT]}"}}') == 1, metrics
+    assert metrics.get(f'tpu_fallback_rung_closes_total{{rung="{rung[fs.RESERVATION]}"}}') == 0, metrics
     assert "tpu_fallback_plan_a_closed" not in metrics, metrics
