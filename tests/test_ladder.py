@@ -234,3 +234,18 @@ def test_the_ladder_key_through_the_cli_strings() -> None:
     assert [r.name for r in settings.capacity_ladder.rungs] == [r["name"] for r in FOUR_RUNGS]
     assert "ladder" in CONFIG_KEYS
     stack_refused({"ladder": "[{not json"}, "ladder", "YAML list of rungs")
+
+
+def test_multikueue_workers_take_the_stack_ladder_or_their_own() -> None:
+    workers = [{"name": "us", "location": "us-east5-b"},
+               {"name": "eu", "location": "europe-west4-a", "ladder": FOUR_RUNGS[:3]}]  # no v6e flex-start there
+    settings = stack({"ladder": FOUR_RUNGS, "kueue": {"featureGates": {"ElasticJobsViaWorkloadSlices": False}},
+                      "multikueue": {"enabled": True, "workers": workers}})
+    us, eu = (w.settings.capacity_ladder for w in settings.multikueue.workers)
+    assert [r.name for r in us.rungs] == ["reserved", "on-demand", "spot", "flex"]
+    assert [r.name for r in eu.rungs] == ["reserved", "on-demand", "spot"]
+    # the stack's ladder in a zone without v6e flex-start: the worker's entry is named
+    workers[1].pop("ladder")
+    stack_refused({"ladder": FOUR_RUNGS, "kueue": {"featureGates": {"ElasticJobsViaWorkloadSlices": False}},
+                   "multikueue": {"enabled": True, "workers": workers}}, "multikueue.workers[1]", "ladder[3].kind",
+                  "europe-west4-a")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 MAX_WORKERS = 20  # MultiKueueConfig.spec.clusters allows 1..20
 MANAGER_AUTOPILOT = True  # the manager runs no TPU jobs: an Autopilot cluster by default
 # The keys a worker entry may set for itself; every other key comes from the stack.
-WORKER_OVERRIDES = ("tpu", "onDemand", "flexStart")
+WORKER_OVERRIDES = ("tpu", "onDemand", "flexStart", "ladder")
 
 
 @dataclass(frozen=True)
