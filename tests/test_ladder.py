@@ -237,8 +237,9 @@ def test_the_ladder_key_through_the_cli_strings() -> None:
 
 
 def test_multikueue_workers_take_the_stack_ladder_or_their_own() -> None:
-    workers = [{"name": "us", "location": "us-east5-b"},
-               {"name": "eu", "location": "europe-west4-a", "ladder": FOUR_RUNGS[:3]}]  # no v6e flex-start there
+    workers: list[dict[str, Any]] = [
+        {"name": "us", "location": "us-east5-b"},
+        {"name": "eu", "location": "europe-west4-a", "ladder": FOUR_RUNGS[:3]}]  # no v6e flex-start there
     settings = stack({"ladder": FOUR_RUNGS, "kueue": {"featureGates": {"ElasticJobsViaWorkloadSlices": False}},
                       "multikueue": {"enabled": True, "workers": workers}})
     us, eu = (w.settings.capacity_ladder for w in settings.multikueue.workers)
