@@ -25,16 +25,17 @@ if TYPE_CHECKING:
 # 270 s of the one they were split from, 2026-12-03); only the order matters. Those two wait on the fallback's
 # timers most of their time, so each pairs with a short one.
 SCHEDULE = (
-    "test_engine_e2e",  # 185  worker 1
-    "test_gke_sim_e2e",  # 170  worker 2
-    "test_stockout_evidence_e2e",  # 140  worker 3
-    "test_fallback_lifecycle_e2e",  # 140  worker 4
+    "test_engine_e2e",  # 275 (with the hardened stack, 2026-12-04)  worker 1
+    "test_ladder_engine_e2e",  # 225 (2026-12-04, beside a CPU hog)  worker 2
+    "test_gke_sim_e2e",  # 170  worker 3
+    "test_stockout_evidence_e2e",  # 175  worker 4
     "test_controller_manager_e2e",  # 28  worker 1
     "test_fallback_e2e",  # 38  worker 2
     "test_kueue_chart_e2e",  # 42  worker 3
     "test_elastic_e2e",  # 62  worker 4
-    "test_stockout_moves_e2e",  # 130  then to whichever worker runs short
+    "test_fallback_lifecycle_e2e",  # 140  then to whichever worker runs short
     "test_ladder_e2e",  # 140 (2026-12-04, beside a CPU hog)
+    "test_stockout_moves_e2e",  # 130
     "test_stockout_fallback_e2e",  # 110
     "test_multikueue_e2e",  # 70
 )
