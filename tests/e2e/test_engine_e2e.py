@@ -16,7 +16,12 @@ whole module:
    dws with a ProvisioningRequest, a second preview has no changes, `destroy` removes the jobs, and the state holds
    neither the kubeconfig nor the token in plain text;
 4. a new ClusterQueue name replaces the LocalQueues (their spec.clusterQueue is immutable) rather than update them;
-5. `destroy` of the infra stack removes every object it made.
+5. `destroy` of the infra stack removes every object it made;
+6. the hardened example's Kubernetes half (Pulumi.hardened.yaml as an existing-cluster stack): `up`, a fixed point,
+   its live Kueue objects equal to the hardened stack's offline plan, `destroy`.
+
+The jobs test (3) also moves the infra kubeconfig to https://localhost:<port> (the same API server): the jobs
+stack's provider is updated in place and no RayJob is replaced (its cluster_identifier).
 
 There is no kubelet, so the Kueue readiness gate's pod would stay Pending and `up` would wait 15 minutes for its
 Job: engine_cli.GateRunner runs the gate's own check (the server-side dry-run create of its probe ResourceFlavor, as
