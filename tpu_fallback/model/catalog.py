@@ -157,6 +157,10 @@ FAMILIES: dict[str, TpuFamily] = {
                 "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
                 "us-south1-a", "southamerica-east1-c", "asia-southeast1-b",
             }),
+            # GKE's flex-start page (https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model,
+            # "Flex-start supports the following version and zones": v6e asia-northeast1-b, us-east5-a and us-east5-b;
+            # TPUs from GKE 1.33.0-gke.1712000). Cloud TPU's own flex-start page (queued resources, not GKE) lists
+            # only asia-northeast1-b and us-east5-a for v6e: the dev stack's us-east5-b is GKE's, as the tutorial's.
             flex_start_zones=frozenset({"asia-northeast1-b", "us-east5-a", "us-east5-b"}),
         ),
         TpuFamily(
