@@ -72,3 +72,17 @@ def test_the_iam_rename_is_aliased_one_to_one() -> None:
         "tpu-cluster-nodes-artifactregistry-reader", "tpu-cluster-nodes-container-defaultNodeServiceAccount"]
     assert sorted(a["name"] for m in members for a in m.options["aliases"]) == [
         "tpu-cluster-nodes-defaultNodeServiceAccount", "tpu-cluster-nodes-reader"]
+
+
+LADDER_FIXTURE = REPO_ROOT / "tests" / "fixtures" / "urns-ladder.json"
+
+
+def test_the_ladder_stack_keeps_its_urns() -> None:
+    """tests/fixtures/urns-ladder.json was recorded from the first version of the capacity ladder (the example
+    Pulumi.ladder.yaml at commit 9f0361c): a ladder stack is an existing stack too. Its rungs' pools and flavors are
+    named after the rungs (`<cluster>-rung-<rung>-<pool>`, `<cluster>-queues-flavor-<flavor>`), so renaming a rung is
+    a replacement, but nothing else may move them."""
+    before = set(json.loads(LADDER_FIXTURE.read_text())["infra/ladder"])
+    now = {r.urn for r in infra("ladder").resources}
+    assert not before - now, f"URNs that would be deleted: {sorted(before - now)}"
+    assert any(urn.endswith("::tpu-ladder-rung-spot-spot-pool-2") for urn in before)  # the fixture is the ladder's
