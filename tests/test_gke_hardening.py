@@ -105,9 +105,10 @@ def test_single_cluster_location_must_offer_the_family() -> None:
 @pytest.mark.parametrize("stack", ["dev", "prod", "global"])
 def test_example_stacks_put_plan_b_only_where_gke_offers_flex_start(stack: str) -> None:
     run = infra(stack)
-    for pool in run.of_type(NODE_POOL):
-        if pool.inputs["nodeConfig"].get("flexStart"):
-            assert pool.inputs["location"] in catalog.FAMILIES["v6e"].flex_start_zones, pool.name
+    flex_start = [pool for pool in run.of_type(NODE_POOL) if pool.inputs["nodeConfig"].get("flexStart")]
+    assert flex_start, f"{stack} has no flex-start pool: nothing was checked"
+    for pool in flex_start:
+        assert pool.inputs["location"] in catalog.FAMILIES["v6e"].flex_start_zones, pool.name
 
 
 # 6. Maintenance: no upgrade recreates a running slice ---------------------------------------------------------
@@ -144,18 +145,19 @@ def test_the_manager_gets_a_window_but_no_exclusion() -> None:
 
 def test_tpu_pools_ignore_initial_node_count_changes() -> None:
     run = infra("prod")
-    for pool in run.of_type(NODE_POOL):
-        if pool.inputs["nodeConfig"]["machineType"].startswith("ct"):
-            assert pool.options["ignoreChanges"] == ["initialNodeCount"], pool.name
+    tpu = [pool for pool in run.of_type(NODE_POOL) if pool.inputs["nodeConfig"]["machineType"].startswith("ct")]
+    assert tpu, "prod has no TPU pool: nothing was checked"
+    for pool in tpu:
+        assert pool.options["ignoreChanges"] == ["initialNodeCount"], pool.name
 
 
 # 8. Hardening ---------------------------------------------------------------------------------------------------------
 
 
 def test_tpu_pools_have_secure_boot_unless_turned_off() -> None:
-    assert all(p["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True,
-                                                             "enableIntegrityMonitoring": True}
-               for p in tpu_pools(infra("dev")))
+    on = tpu_pools(infra("dev"))
+    assert on and all(p["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True,
+                                                                    "enableIntegrityMonitoring": True} for p in on)
     off = tpu_pools(infra("dev", {"secureBoot": False}))
     assert off and all(p["nodeConfig"]["shieldedInstanceConfig"]["enableSecureBoot"] is False for p in off)
 

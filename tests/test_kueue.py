@@ -95,9 +95,10 @@ def test_queue_objects_wait_for_kueue_but_not_for_tpu_pools(dev: ProgramRun) -> 
 
 def test_kubernetes_resources_use_the_clusters_provider(dev: ProgramRun) -> None:
     provider = dev.one("pulumi:providers:kubernetes")
-    for r in dev.resources:
-        if r.custom and r.type.startswith("kubernetes:"):
-            assert r.provider.startswith(provider.urn + "::"), r.name
+    kubernetes = [r for r in dev.resources if r.custom and r.type.startswith("kubernetes:")]
+    assert len(kubernetes) >= 5, [r.type for r in kubernetes]  # the Kueue release and the queue objects at least
+    for r in kubernetes:
+        assert r.provider.startswith(provider.urn + "::"), r.name
 
 
 def test_helm_release(dev: ProgramRun) -> None:
