@@ -6,6 +6,7 @@ GKE with the real Kueue: tests/e2e/test_ladder_e2e.py.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,64 @@ def test_the_second_half_of_a_move_names_its_target_rung() -> None:
     assert not action.after_eviction
 
 
+# --- a reserved rung: moved to without a Ready node ------------------------------------------------------------------
+# A specific reservation's pool autoscales from zero, but its capacity is held for it: its free quota is enough.
+
+RESERVED = replace(CONFIG, rungs=(replace(LADDER[0], reserved=True), *LADDER[1:]))
+
+
+def test_a_job_waiting_on_flex_start_moves_to_a_reserved_rung_whose_pool_has_no_node() -> None:
+    (move,) = d.decide(RESERVED, snap(T0, [waiting_on_dws()]))  # no node anywhere
+    assert isinstance(move, d.Deactivate) and (move.target, move.rung) == ("reservation", "reservation")
+    assert "no node yet" in move.why and "Ready nodes" not in move.why
+    # The same cluster without the flag: a rung with no Ready node is no target, so nothing moves.
+    assert d.decide(CONFIG, snap(T0, [waiting_on_dws()])) == []
+
+
+def test_a_job_waiting_for_a_scale_up_on_spot_moves_to_a_reserved_rung_without_nodes() -> None:
+    waiting = workload("scaling", "spot", admitted_since=T0, pods_unschedulable=True)
+    (move,) = of(d.Deactivate, d.decide(RESERVED, snap(T0 + 10, [waiting])))
+    assert (move.name, move.target) == ("scaling", "reservation")
+
+
+def test_no_move_to_a_closed_reserved_rung_or_one_reopening_in_this_pass_or_one_without_free_quota() -> None:
+    # Closed (within its cool-down): the job moves to on-demand, which has a Ready node, or nowhere.
+    closed = {"reservation": T0}
+    (move,) = of(d.Deactivate, d.decide(RESERVED, snap(T0 + 5, [waiting_on_dws()], closed, [node("on-demand-pool")])))
+    assert move.target == "on-demand"
+    assert of(d.Deactivate, d.decide(RESERVED, snap(T0 + 5, [waiting_on_dws()], closed))) == []
+    # Reopened by this very pass (its cool-down over): Kueue must see the taint go first.
+    actions = d.decide(RESERVED, snap(T0 + 1800, [waiting_on_dws()], closed))
+    assert [type(a).__name__ for a in actions] == ["ReopenPlanA"]
+    # Its quota taken: no move, Ready node or not.
+    assert d.decide(RESERVED, snap(T0, [waiting_on_dws()], free={"reservation": FULL})) == []
+
+
+def test_one_slice_free_on_a_reserved_rung_without_nodes_takes_one_job_and_no_second_move_follows() -> None:
+    older, newer = waiting_on_dws("old", created=T0), waiting_on_dws("new", created=T0 + 1)
+    actions = d.decide(RESERVED, snap(T0 + 5, [newer, older]))
+    assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("old", "reservation")]
+    # Next pass: the first move is under way (deactivated, then queued again), its target's quota still shows free.
+    for in_flight in ({"active": False, "annotations": {d.MOVING_ANNOTATION: "2026-12-01T10:00:00Z to reservation"}},
+                      {"active": True, "annotations": {d.MOVED_ANNOTATION: "2026-12-01T10:00:00Z to reservation"}}):
+        mover = waiting_on_dws("old", created=T0, quota_reserved=False, tpu_flavor=None, **in_flight)
+        assert of(d.Deactivate, d.decide(RESERVED, snap(T0 + 6, [mover, newer]))) == []
+    # Once there (admitted, its pool scaling up), it never moves again to the rung it was moved to.
+    arrived = workload("old", "reservation", admitted_since=T0 + 7, pods_unschedulable=True,
+                       annotations={d.MOVED_ANNOTATION: "2026-12-01T10:00:00Z to reservation"})
+    assert of(d.Deactivate, d.decide(RESERVED, snap(T0 + 8, [arrived], free={"reservation": FULL}))) == []
+
+
+def test_a_job_waiting_for_one_reservations_scale_up_is_not_moved_to_another_without_nodes() -> None:
+    """Both capacities are held: moving would restart the job for nothing. With a Ready node it may move."""
+    two = replace(CONFIG, rungs=(replace(LADDER[0], reserved=True), d.Rung("reservation-b", ("spot",), reserved=True),
+                                 LADDER[3]))
+    waiting = workload("scaling", "spot", admitted_since=T0, pods_unschedulable=True)
+    assert of(d.Deactivate, d.decide(two, snap(T0 + 10, [waiting]))) == []
+    (move,) = of(d.Deactivate, d.decide(two, snap(T0 + 10, [waiting], nodes=[node("reservation-pool")])))
+    assert move.target == "reservation" and "Ready nodes" in move.why
+
+
 # --- the "rungs" config -------------------------------------------------------------------------------------------
 
 
@@ -193,7 +252,7 @@ def write_config(tmp_path: Path, **keys: Any) -> Path:
 
 
 RUNGS_JSON = [
-    {"name": "reservation", "flavors": ["reservation"], "queued": False,
+    {"name": "reservation", "flavors": ["reservation"], "queued": False, "reserved": True,
      "nodeSelector": f"{POOL} in (reservation-pool)"},
     {"name": "onDemand", "flavors": ["on-demand", "on-demand-2"], "queued": False,
      "nodeSelector": f"{POOL} in (on-demand-pool,on-demand-pool-2)"},
@@ -205,8 +264,9 @@ RUNGS_JSON = [
 def test_rungs_are_read_in_order_with_one_node_selector_for_every_closable_rungs_pools(tmp_path: Path) -> None:
     settings = Settings.from_file(write_config(tmp_path, rungs=RUNGS_JSON))
     config = settings.decide
-    assert [(r.name, list(r.flavors), r.queued) for r in config.ladder] == [
-        (r["name"], r["flavors"], r["queued"]) for r in RUNGS_JSON]
+    assert [(r.name, list(r.flavors), r.queued, r.reserved) for r in config.ladder] == [
+        ("reservation", ["reservation"], False, True), ("onDemand", ["on-demand", "on-demand-2"], False, False),
+        ("spot", ["spot"], False, False), ("flexStart", ["dws"], True, False)]
     assert not config.two_plans and "dws" not in config.closable_flavors
     assert set(config.closable_flavors) == {"reservation", "on-demand", "on-demand-2", "spot"}
     assert settings.node_selector == f"{POOL} in (on-demand-pool,on-demand-pool-2,reservation-pool,spot-pool)"
@@ -231,6 +291,8 @@ def test_without_rungs_plan_a_and_plan_b_are_the_two_rungs(tmp_path: Path) -> No
     ([{"name": "a", "flavors": ["x"]}, {"name": "a", "flavors": ["y"]}], "another rung has that name"),
     ([{"name": "a", "flavors": ["x"]}, {"name": "b", "flavors": ["x"]}], r"\['x'\] is on another rung"),
     ([{"name": "a", "flavors": ["x"], "queued": "yes"}], r"rungs\[0\].queued 'yes' is invalid"),
+    ([{"name": "a", "flavors": ["x"], "reserved": 1}], r"rungs\[0\].reserved 1 is invalid: expected true or false"),
+    ([{"name": "a", "flavors": ["x"], "queued": True, "reserved": True}], "holds no reservation"),
 ])
 def test_bad_rungs_are_refused_with_what_is_wrong(rungs: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -341,7 +403,10 @@ def test_no_second_move_goes_to_a_flavor_a_move_is_under_way_to(in_flight: dict[
     assert [(a.name, a.target) for a in of(d.Deactivate, actions)] == [("second", "spot")]
 
 
-def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counted_on_its_target_rung() -> None:
+@pytest.mark.parametrize("reserved", [False, True])
+def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counted_on_its_target_rung(
+        reserved: bool) -> None:
+    """To a rung with a Ready node; or, `reserved`, to a reservation's rung whose pool has no node at all."""
     kube = ladder_cluster()
     waiting = owned("job-2")  # reserved on dws (its Workload as Kueue keeps it), DWS not provisioned
     assignment = waiting["status"]["admission"]["podSetAssignments"][1]
@@ -353,13 +418,17 @@ def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counte
     node = {"metadata": {"name": "n1", "labels": {POOL: "reservation-pool"},
                          "creationTimestamp": "2026-12-01T09:00:00Z"},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    kube.objects["/api/v1/nodes"] = [node]
+    kube.objects["/api/v1/nodes"] = [] if reserved else [node]
     cq = {"metadata": {"name": "cluster-queue"}, "spec": {"resourceGroups": [{"flavors": [
         {"name": f, "resources": [{"name": "cpu", "nominalQuota": "40"}, {"name": "memory", "nominalQuota": "75Gi"},
                                   {"name": "google.com/tpu", "nominalQuota": "16"}]} for f in POOLS]}]}}
     kube.objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"] = [cq]
+    if reserved:  # without the flag nothing moves to a pool without a Ready node
+        unflagged = Controller(kube, Settings(CONFIG, poll_seconds=0.01), Metrics())  # type: ignore[arg-type]
+        assert unflagged.reconcile(now=parse_now("2026-12-01T10:01:00Z")) == []
     metrics = Metrics()
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(RESERVED if reserved else CONFIG, poll_seconds=0.01),  # type: ignore[arg-type]
+                            metrics)
     (move,) = controller.reconcile(now=parse_now("2026-12-01T10:01:00Z"))
     assert isinstance(move, d.Deactivate) and (move.target, move.rung) == ("reservation", "reservation")
     (patch,) = [c for c in kube.calls if c[0] == "PATCH"]

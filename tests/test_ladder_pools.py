@@ -69,7 +69,7 @@ def test_the_fallback_controller_gets_the_rungs(ladder: ProgramRun) -> None:
     (config_map,) = [o for o in ladder.kubernetes_objects()
                      if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "tpu-fallback-controller"]
     config = json.loads(config_map["data"]["config.json"])
-    assert [(r["name"], r["flavors"], r["queued"]) for r in config["rungs"]] == [
-        ("reserved", ["reserved"], False), ("on-demand", ["on-demand"], False), ("spot", ["spot", "spot-2"], False),
-        ("flex", ["flex", "flex-2"], True)]
+    assert [(r["name"], r["flavors"], r["queued"], r.get("reserved", False)) for r in config["rungs"]] == [
+        ("reserved", ["reserved"], False, True), ("on-demand", ["on-demand"], False, False),
+        ("spot", ["spot", "spot-2"], False, False), ("flex", ["flex", "flex-2"], True, False)]
     assert "planAFlavors" not in config

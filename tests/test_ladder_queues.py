@@ -103,7 +103,7 @@ def test_the_controller_gets_rungs_for_a_ladder_and_todays_keys_for_two_plans() 
     config = render_fallback.controller_config(four_rung_plan(), fallback)
     assert "planAFlavors" not in config and "planBFlavors" not in config
     assert config["rungs"] == [
-        {"name": "reserved", "flavors": ["reserved", "reserved-2"], "queued": False,
+        {"name": "reserved", "flavors": ["reserved", "reserved-2"], "queued": False, "reserved": True,
          "nodeSelector": "cloud.google.com/gke-nodepool in (reserved-pool,reserved-pool-2)"},
         {"name": "on-demand", "flavors": ["on-demand"], "queued": False,
          "nodeSelector": "cloud.google.com/gke-nodepool in (on-demand-pool)"},
@@ -124,6 +124,6 @@ def test_the_controller_parses_the_rungs_it_is_given(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(render_fallback.controller_config(four_rung_plan(), FallbackSettings())))
     parsed = ControllerSettings.from_file(path)
-    assert [(r.name, r.flavors, r.queued) for r in parsed.decide.rungs] == [
-        ("reserved", ("reserved", "reserved-2"), False), ("on-demand", ("on-demand",), False),
-        ("spot", ("spot", "spot-2"), False), ("flex", ("flex", "flex-2"), True)]
+    assert [(r.name, r.flavors, r.queued, r.reserved) for r in parsed.decide.rungs] == [
+        ("reserved", ("reserved", "reserved-2"), False, True), ("on-demand", ("on-demand",), False, False),
+        ("spot", ("spot", "spot-2"), False, False), ("flex", ("flex", "flex-2"), True, False)]

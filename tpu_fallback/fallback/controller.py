@@ -80,12 +80,13 @@ class Settings:
         )
 
 
-_RUNG_KEYS = {"name", "flavors", "queued", "nodeSelector"}
+_RUNG_KEYS = {"name", "flavors", "queued", "reserved", "nodeSelector"}
 
 
 def parse_rungs(raw: Any) -> tuple[d.Rung, ...]:
-    """config.json's "rungs": [{"name", "flavors", "queued", "nodeSelector"?}, ...], most preferred first. The
-    program renders it; a hand-edited file that does not fit is refused with what is wrong."""
+    """config.json's "rungs": [{"name", "flavors", "queued", "reserved"?, "nodeSelector"?}, ...], most preferred
+    first ("reserved": a specific reservation's rung, moved to without a Ready node). The program renders it; a
+    hand-edited file that does not fit is refused with what is wrong."""
     if not isinstance(raw, list) or not raw:
         raise ValueError(f"rungs {raw!r} is invalid: expected a non-empty list of rungs")
     rungs: list[d.Rung] = []
@@ -98,6 +99,7 @@ def parse_rungs(raw: Any) -> tuple[d.Rung, ...]:
         if unknown:
             raise ValueError(f"{where} has unknown keys {unknown}: allowed are {sorted(_RUNG_KEYS)}")
         name, flavors, queued = one.get("name"), one.get("flavors"), one.get("queued", False)
+        reserved = one.get("reserved", False)
         if not isinstance(name, str) or not name:
             raise ValueError(f"{where}.name {name!r} is invalid: expected a non-empty string")
         if any(r.name == name for r in rungs):
@@ -109,8 +111,13 @@ def parse_rungs(raw: Any) -> tuple[d.Rung, ...]:
             raise ValueError(f"{where}.flavors {flavors!r} is invalid: {shared} is on another rung already")
         if not isinstance(queued, bool):
             raise ValueError(f"{where}.queued {queued!r} is invalid: expected true or false")
+        if not isinstance(reserved, bool):
+            raise ValueError(f"{where}.reserved {reserved!r} is invalid: expected true or false")
+        if reserved and queued:
+            raise ValueError(f"{where}.reserved true is invalid with queued true: a queued (flex-start) rung holds "
+                             "no reservation")
         seen_flavors.update(flavors)
-        rungs.append(d.Rung(name, tuple(flavors), queued))
+        rungs.append(d.Rung(name, tuple(flavors), queued, reserved))
     return tuple(rungs)
 
 

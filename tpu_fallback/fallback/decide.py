@@ -27,7 +27,9 @@ same on N rungs: plan A and plan B are its two-rung case. Every rung that is not
 reopened on its own evidence (a stock-out on on-demand closes on-demand only, never the reservation or spot); a
 queued rung is never closed. A job waiting on rung k (DWS not provisioned on a queued rung; pods unschedulable,
 waiting for a scale-up, on another) moves to the most preferred open rung above k with free quota and a Ready node,
-and once moved only ever further up.
+and once moved only ever further up. A *reserved* rung (a specific reservation: its VMs are held for it) needs no
+Ready node: its pool may autoscale from zero, and the capacity of its free quota is guaranteed, so a job waiting
+on a rung that is not reserved moves there on the free quota alone (the pool then scales up for it).
 
 All state lives in cluster objects (the taints' values, the Workloads' annotations), so a restarted controller
 carries on where it stopped.
@@ -55,6 +57,9 @@ class Rung:
     name: str
     flavors: tuple[str, ...]
     queued: bool = False
+    # A specific reservation's rung: its free quota is capacity held for it, Ready node or not (its pool may sit at
+    # zero nodes), so a move up to it needs no Ready node.
+    reserved: bool = False
 
 
 # The two rungs that planAFlavors/planBFlavors stand for.
@@ -368,17 +373,23 @@ def _waiting_to_move(config: Config, snap: Snapshot, rung: Rung, leaving: set[tu
 
 def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tuple[str, str]]) -> list[Action]:
     """A Workload waiting on rung k moves to the most preferred open rung above it (not queued) with a flavor whose
-    quota is free in its ClusterQueue and whose pool has a Ready node (capacity we can see). A Workload moved
-    before moves again only to a rung above the one it was moved to (on two plans: at most once)."""
+    quota is free in its ClusterQueue and whose pool has a Ready node (capacity we can see), or, on a reserved rung,
+    no node yet (capacity held for it: the pool scales up from zero) when rung k is not reserved itself (a job
+    waiting for a reservation's scale-up gains nothing from another one's). A Workload moved before moves again
+    only to a rung above the one it was moved to (on two plans: at most once)."""
     free = {cq: {f: dict(r) for f, r in flavors.items()} for cq, flavors in snap.free.items()}
     ladder = config.ladder
     with_nodes = {f.name for f in snap.flavors.values() if any(n.ready for n in _pool_nodes(f, snap.nodes))}
-    targets: list[list[Flavor]] = [  # per rung index: the flavors a job may move to
+    moving_to = _moving_to(snap)
+    targets: list[list[Flavor]] = [  # per rung index: the open flavors a job may move to, no move under way there
         [] if r.queued or r.name in closed else [snap.flavors[n] for n in r.flavors
-                                                 if n in snap.flavors and n in with_nodes
-                                                 and snap.flavors[n].closed_since is None
-                                                 and n not in _moving_to(snap)]
+                                                 if n in snap.flavors and snap.flavors[n].closed_since is None
+                                                 and n not in moving_to]
         for r in ladder]
+
+    def capacity_seen(k: int, i: int, flavor: str) -> bool:
+        """A Ready node in the target's pool, or a reserved target for a job not already on a reserved rung."""
+        return flavor in with_nodes or (ladder[i].reserved and not ladder[k].reserved)
     waiting: list[tuple[int, Workload]] = []
     for k, rung in enumerate(ladder):
         waiting += [(k, w) for w in _waiting_to_move(config, snap, rung, leaving)]
@@ -390,7 +401,7 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
             above = min(k, ladder.index(moved_to) if moved_to is not None else 0)
         room = free.get(w.cluster_queue or "", {})
         target = next(((i, f.name) for i in range(above) for f in targets[i]
-                       if _fits(w.usage, room.get(f.name, {}))), None)
+                       if capacity_seen(k, i, f.name) and _fits(w.usage, room.get(f.name, {}))), None)
         if target is None:
             continue
         i, flavor = target
@@ -401,8 +412,10 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
                    "nodes: moving it to plan A")
         else:
             wait = "DWS capacity" if ladder[k].queued else "a scale-up"
+            capacity = ("Ready nodes" if flavor in with_nodes
+                        else "its reservation's capacity held for it (no node yet: its pool scales up from zero)")
             why = (f"{w.key} waits on {w.tpu_flavor} ({ladder[k].name}) for {wait} while {flavor} has the quota "
-                   f"free and Ready nodes: moving it up to {config.label(ladder[i])}")
+                   f"free and {capacity}: moving it up to {config.label(ladder[i])}")
         actions.append(Deactivate(w.namespace, w.name, flavor, why, ladder[i].name))
     return actions
 

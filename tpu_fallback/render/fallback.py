@@ -12,6 +12,7 @@ from typing import Any
 
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
 from tpu_fallback.model.labels import NODEPOOL_LABEL
+from tpu_fallback.model.ladder import RESERVATION
 from tpu_fallback.model.queues import QueuePlan
 from tpu_fallback.model.settings import FallbackSettings
 from tpu_fallback.render.files import controller_sources
@@ -30,9 +31,11 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
 
     Today's two plans keep their keys (planAFlavors, planBFlavors, planANodeSelector), so their ConfigMap does not
     change; a `ladder` stack's rungs go out as "rungs", most preferred first, each with its flavors, whether it is
-    the queued rung (never closed) and a selector of its pools' nodes."""
+    the queued rung (never closed), whether it is a reservation's (`reserved`: moved to without a Ready node, since
+    its pool may autoscale from zero while its capacity is held) and a selector of its pools' nodes."""
     if plan.ladder.explicit:
-        rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued) for rung in plan.ladder.rungs]}
+        rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued, rung.kind == RESERVATION)
+                                           for rung in plan.ladder.rungs]}
     else:
         rungs = {"planAFlavors": plan.flavors_of(ON_DEMAND), "planBFlavors": plan.flavors_of(FLEX_START),
                  **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {})}
@@ -48,12 +51,13 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
     }
 
 
-def rung_config(plan: QueuePlan, rung: str, queued: bool) -> dict[str, Any]:
-    """One rung of config.json's "rungs" (the interface controller.parse_rungs reads)."""
+def rung_config(plan: QueuePlan, rung: str, queued: bool, reserved: bool = False) -> dict[str, Any]:
+    """One rung of config.json's "rungs" (the interface controller.parse_rungs reads); `reserved` only when true,
+    so the other rungs' entries stay as they were."""
     flavors = [f for f in plan.flavors if f.rung == rung]
     selector = node_selector([f.node_labels for f in flavors])
     return {"name": rung, "flavors": [f.name for f in flavors], "queued": queued,
-            **({"nodeSelector": selector} if selector else {})}
+            **({"reserved": True} if reserved else {}), **({"nodeSelector": selector} if selector else {})}
 
 
 def plan_a_node_selector(plan: QueuePlan) -> str | None:
