@@ -3,9 +3,12 @@ that force a replacement flagged (a TPU node pool or cluster replacement is what
 
 Resources are matched by URN without the stack part (urn:pulumi:<stack>::<project>::<types>::<name>), so two
 stacks, two config files, or a stack against a git revision of its stack file compare alike. A field forces a
-replacement when the provider would replace the resource for it: inputs.FORCES_REPLACEMENT and the resource's
+replacement when the provider would replace the resource for it: inputs.FORCES_REPLACEMENT (the provider's ForceNew
+fields, one by one), a ForceNew block that appears or disappears (inputs.FORCED_WHEN_ADDED_OR_REMOVED), the resource's
 replaceOnChanges (what the plan's summary flags), and for Kubernetes objects a new name/namespace or an immutable
-Job template. Fields the program ignores after creation (ignore_changes) are listed as ignored, not as changes.
+Job template. A field the provider can neither update nor replace for (inputs.NOT_UPDATED_IN_PLACE: a TPU pool's
+topology) needs a new resource too; without replaceOnChanges the line says that `pulumi up` would not make one.
+Fields the program ignores after creation (ignore_changes) are listed as ignored, not as changes.
 It compares two renders; it is not `pulumi preview`, which diffs against the live state.
 """
 
@@ -16,7 +19,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpu_fallback.offline.inputs import flatten, mask, replacement_note
+from tpu_fallback.offline.inputs import (
+    block_added_or_removed,
+    flatten,
+    mask,
+    needs_replace_on_changes,
+    replacement_note,
+)
 from tpu_fallback.offline.mockrun import (
     SECRET_PLACEHOLDER,
     ProgramRun,
@@ -31,6 +40,9 @@ from tpu_fallback.offline.tree import PROJECT_WIDE, UNKNOWN, clusters_of, comput
 KUBERNETES_REPLACEMENT = ("metadata.name", "metadata.namespace", "apiVersion", "kind")
 KUBERNETES_KIND_REPLACEMENT = {"Job": ("spec.template", "spec.selector")}
 IGNORED = "ignored after creation (ignore_changes)"
+# The provider plans an in-place update for it that never reaches GKE (inputs.NOT_UPDATED_IN_PLACE).
+NOT_UPDATED = ("the provider neither updates it in place nor replaces the resource for it: without replaceOnChanges "
+               "`pulumi up` reports an update and the live resource keeps the old value")
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class FieldChange:
     after: Any
     replaces: bool = False
     ignored: bool = False
+    why: str = ""  # said after "forces replacement" when it is not the field's own ForceNew
 
 
 class _Missing:
@@ -99,19 +112,29 @@ def _fields(resource: RecordedResource, computed: list[str]) -> tuple[dict[str, 
     return dict(flatten(raw)), dict(flatten(shown))
 
 
-def _forces(resource: RecordedResource, key: str) -> tuple[bool, bool]:
-    """(forces a replacement, ignored after creation) for a changed input."""
+def _forces(resource: RecordedResource, key: str, before: set[str], after: set[str]) -> tuple[bool, bool, str]:
+    """(forces a replacement, ignored after creation, why when not the field itself) for a changed input; `before` and
+    `after` are the resource's flattened input keys on each side."""
     note = replacement_note(resource, key)
     if "ignore_changes" in note:
-        return False, True
+        return False, True, ""
+    if "REPLACES the resource only through replaceOnChanges" in note or needs_replace_on_changes(resource, key):
+        return True, False, NOT_UPDATED
     if "REPLACES" in note:
-        return True, False
+        return True, False, ""
+    block = block_added_or_removed(resource.type, key, before, after)
+    if block:
+        return True, False, f"the block `{block}` is {'added' if block_in(after, block) else 'removed'}"
     if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
         kind = resource.type.split(":")[-1]
         forcing = KUBERNETES_REPLACEMENT + KUBERNETES_KIND_REPLACEMENT.get(kind, ())
         top = key.split("[")[0]
-        return any(top == f or top.startswith(f"{f}.") or key.startswith(f"{f}[") for f in forcing), False
-    return False, False
+        return any(top == f or top.startswith(f"{f}.") or key.startswith(f"{f}[") for f in forcing), False, ""
+    return False, False, ""
+
+
+def block_in(keys: set[str], block: str) -> bool:
+    return any(k == block or k.startswith((f"{block}.", f"{block}[")) for k in keys)
 
 
 def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
@@ -143,9 +166,9 @@ def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
                 sa, sb = SECRET_PLACEHOLDER, f"{SECRET_PLACEHOLDER} (changed)"
             if sa == sb == UNKNOWN:  # both computed: the cloud decides, nothing a reviewer can compare
                 continue
-            replaces, ignored = _forces(b, k)
+            replaces, ignored, why = _forces(b, k, set(raw_a), set(raw_b))
             shown_key = named_key(_inputs(b) if k in raw_b else _inputs(a), k)
-            fields.append(FieldChange(shown_key, sa, sb, replaces, ignored))
+            fields.append(FieldChange(shown_key, sa, sb, replaces, ignored, why))
         if a.protect != b.protect:
             fields.append(FieldChange("(option) protect", a.protect, b.protect))
         real = [f for f in fields if not f.ignored]
@@ -191,6 +214,12 @@ def markdown(changes: list[Change], before: str, after: str) -> list[str]:
             why = ", ".join(f.key for f in c.fields if f.replaces) or "removed"
             verb = "REPLACED" if c.op == "replace" else "DELETED"
             where = "" if c.type == "gcp:container/cluster:Cluster" else f" (cluster `{c.cluster}`)"
+            if c.op == "replace" and all(f.why == NOT_UPDATED for f in c.fields if f.replaces):
+                # Nothing the provider replaces for: the change needs a new resource the program does not ask for.
+                lines.append(f"> **⚠ {_WATCHED[c.type]} `{c.name}`{where} is REPLACED only through replaceOnChanges, "
+                             f"which it does not set** ({why}): `pulumi up` would report an in-place update and the "
+                             "live resource would keep its old value.")
+                continue
             lines.append(f"> **⚠ {_WATCHED[c.type]} `{c.name}`{where} is {verb}** ({why}): on a deployed stack "
                          "its running TPU slices (or the whole cluster) go away with it.")
     for c in changes:
@@ -198,6 +227,7 @@ def markdown(changes: list[Change], before: str, after: str) -> list[str]:
         if c.fields:
             lines.append("")
             for f in c.fields:
-                note = "  **forces replacement**" if f.replaces else ("  (" + IGNORED + ")" if f.ignored else "")
+                note = ("  **forces replacement**" + (f" ({f.why})" if f.why else "") if f.replaces
+                        else ("  (" + IGNORED + ")" if f.ignored else ""))
                 lines.append(f"- `{f.key}`: {_show(f.before)} → {_show(f.after)}{note}")
     return lines
