@@ -34,7 +34,14 @@ def test_one_pool_component_per_rung_with_its_pools(ladder: ProgramRun) -> None:
     }
     assert ladder.outputs["nodePools"] == {"reserved": ["reserved-pool"], "on-demand": ["on-demand-pool"],
                                            "spot": ["spot-pool", "spot-pool-2"], "flex": ["flex-pool", "flex-pool-2"]}
-    assert ladder.outputs["flavors"] == {"system": "default-cpu", "onDemand": "on-demand", "flexStart": "flex"}
+    # today's keys as they were, then every rung in ladder order with its kind (as the stack file writes it)
+    assert ladder.outputs["flavors"] == {
+        "system": "default-cpu", "onDemand": "on-demand", "flexStart": "flex",
+        "rungs": [{"name": "reserved", "kind": "reservation", "flavors": ["reserved"]},
+                  {"name": "on-demand", "kind": "onDemand", "flavors": ["on-demand"]},
+                  {"name": "spot", "kind": "spot", "flavors": ["spot", "spot-2"]},
+                  {"name": "flex", "kind": "flexStart", "flavors": ["flex", "flex-2"]}]}
+    assert list(ladder.outputs["flavors"]) == ["system", "onDemand", "flexStart", "rungs"]
 
 
 def test_each_kind_of_pool(ladder: ProgramRun) -> None:

@@ -41,3 +41,17 @@ def test_docs_outputs_table_is_the_contract() -> None:
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
     assert table == outputs.markdown_table()
     assert re.findall(r"^\| `(\w+)`", table, re.M) == list(outputs.OUTPUT_NAMES)
+
+
+def test_the_flavors_output_keeps_todays_keys_and_only_a_ladder_stack_adds_its_rungs() -> None:
+    """Other teams read flavors.{system,onDemand,flexStart}: stacks on today's keys export exactly those."""
+    for stack in ("dev", "prod", "existing", "global"):
+        assert list(infra(stack).outputs["flavors"]) == ["system", "onDemand", "flexStart"], stack
+    ladder = infra("ladder").outputs["flavors"]
+    assert (ladder["system"], ladder["onDemand"], ladder["flexStart"]) == ("default-cpu", "on-demand", "flex")
+    assert [(r["name"], r["kind"]) for r in ladder["rungs"]] == [
+        ("reserved", "reservation"), ("on-demand", "onDemand"), ("spot", "spot"), ("flex", "flexStart")]
+    # Every TPU flavor of the ClusterQueue, once, in the order Kueue tries them.
+    (queue,) = [o for o in infra("ladder").kubernetes_objects() if o["kind"] == "ClusterQueue"]
+    tried = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"] if f["name"] != ladder["system"]]
+    assert [f for r in ladder["rungs"] for f in r["flavors"]] == tried

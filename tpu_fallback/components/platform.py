@@ -17,8 +17,8 @@ from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
-from tpu_fallback.model.outputs import InfraOutputs, system_quota_output, tpu_output
-from tpu_fallback.model.queues import QueuePlan, flavor_names, node_pool_names, queue_plan
+from tpu_fallback.model.outputs import InfraOutputs, flavors_output, system_quota_output, tpu_output
+from tpu_fallback.model.queues import QueuePlan, node_pool_names, queue_plan
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kueue_pod_monitoring
 
@@ -145,7 +145,7 @@ def queue_outputs(settings: Settings, plan: QueuePlan) -> dict[str, Any]:
         "cluster_queue": plan.cluster_queue,
         "local_queues": [{"namespace": ns, "name": q} for ns, q in plan.local_queues],
         "system_quota": system_quota_output(settings.queues.system_quota),
-        "flavors": flavor_names(plan),
+        "flavors": flavors_output(plan),
     }
 
 

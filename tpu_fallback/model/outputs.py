@@ -11,7 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any, get_type_hints
 
 from tpu_fallback.model.catalog import TpuSlice
+from tpu_fallback.model.ladder import CONFIG_KIND
 from tpu_fallback.model.quantity import Resources, canonical_quantity
+from tpu_fallback.model.queues import QueuePlan, flavor_names
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class InfraOutputs:
         "localQueues", "`[{namespace: default, name: user-queue}]`", "where jobs are submitted", jobs_reads=True)]
     flavors: Annotated[Any, OutputSpec(
         "flavors", "`{system: default-cpu, onDemand: on-demand, flexStart: dws}`",
-        "flavor names (`null` for a disabled plan)", jobs_reads=True)]
+        "flavor names (`null` for a disabled plan); a `ladder` stack adds `rungs`: `[{name, kind, flavors}, …]`, "
+        "every rung in ladder order with its kind and flavors", jobs_reads=True)]
     system_quota: Annotated[Any, OutputSpec(
         "systemQuota", "`{cpu: \"10\", memory: 20Gi}`",
         "the default-cpu quota every job's Ray head shares (with KubeRay's pods: head + 1 CPU / 712Mi a job)")]
@@ -86,6 +89,18 @@ def tpu_output(tpu: TpuSlice) -> dict[str, Any]:
 def system_quota_output(quota: Resources) -> dict[str, str]:
     """The `systemQuota` output, in the canonical form Kueue stores."""
     return {"cpu": canonical_quantity(quota.cpu), "memory": canonical_quantity(quota.memory)}
+
+
+def flavors_output(plan: QueuePlan) -> dict[str, Any]:
+    """The `flavors` output. Its first keys are today's (`system`, `onDemand`, `flexStart`: other teams read them)
+    and stay exactly as they were; a `ladder` stack adds `rungs`, every rung most preferred first with its kind as
+    the stack file writes it (reservation, onDemand, spot, flexStart) and its flavors in the order Kueue tries them.
+    Stacks on the onDemand/flexStart keys export no `rungs`, so their output does not change."""
+    out: dict[str, Any] = dict(flavor_names(plan))
+    if plan.ladder.explicit:
+        out["rungs"] = [{"name": rung.name, "kind": CONFIG_KIND[rung.kind], "flavors": plan.flavors_of_rung(rung.name)}
+                        for rung in plan.ladder.rungs]
+    return out
 
 
 def markdown_table() -> str:
