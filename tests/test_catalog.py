@@ -155,11 +155,11 @@ def test_tpu7x_has_no_flex_start_and_zones_of_its_own() -> None:
     assert not tpu7x.known_zones & catalog.FAMILIES["v6e"].known_zones  # TPU7x is not where v6e is
 
 
-def test_a_tpu7x_stack_is_refused_before_any_resource_with_what_is_missing() -> None:
-    from tpu_fallback.model.settings import parse_settings
-    from tpu_fallback.model.validation import ConfigError
-
-    with pytest.raises(catalog.CatalogError, match="workload policy"):
-        catalog.resolve_slice("tpu7x", "2x2x2")
-    with pytest.raises(ConfigError, match=r"tpu7x.*cannot make TPU7x node pools yet.*vCPU and memory"):
-        parse_settings({"tpu": {"type": "tpu7x", "topology": "2x2x2"}, "location": "us-central1-c"}, "my-project")
+def test_tpu7x_resolves_and_its_unknown_host_size_comes_from_the_stack() -> None:
+    tpu = catalog.resolve_slice("tpu7x", "2x2x2")
+    assert (tpu.hosts_per_slice, tpu.multi_host, tpu.machine.size_known) == (2, True, False)
+    sized = catalog.resolve_slice("tpu7x", "2x2x2", host_size=(224, 960))
+    assert (sized.machine.vcpus, sized.machine.memory_gib, sized.machine.size_known) == (224, 960, True)
+    assert catalog.FAMILIES["tpu7x"].machine_types[0].vcpus == 0  # the catalog itself is left as it was
+    assert all(f.unsupported is None for f in catalog.FAMILIES.values())
+    assert all(m.size_known for f in catalog.FAMILIES.values() if f.name != "tpu7x" for m in f.machine_types)

@@ -10,8 +10,8 @@ import pulumi
 import pulumi_gcp as gcp
 
 from tpu_fallback.components.cluster import CLOUD_PLATFORM_SCOPE
-from tpu_fallback.model.capacity import PoolShape, pool_layout
-from tpu_fallback.model.catalog import TpuSlice
+from tpu_fallback.model.capacity import PoolShape, pool_layout, workload_policy_name
+from tpu_fallback.model.catalog import TpuSlice, workload_policy
 from tpu_fallback.model.labels import PLAN_LABEL, QUEUED_LABEL, SPOT_LABEL
 from tpu_fallback.model.ladder import FLEX_START, KINDS, ON_DEMAND, RESERVATION, SPOT
 
@@ -33,6 +33,8 @@ class TpuNodePoolArgs:
 class TpuNodePool(pulumi.ComponentResource):
     shapes: tuple[PoolShape, ...]
     pools: list[gcp.container.NodePool]
+    # The workload policy a multi-host slice of a WORKLOAD_POLICY family (TPU7x) is placed by; None otherwise.
+    policy: gcp.compute.ResourcePolicy | None
 
     def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:tpu:TpuNodePool", name, None, opts)
@@ -41,9 +43,10 @@ class TpuNodePool(pulumi.ComponentResource):
         if args.plan == RESERVATION and not args.reservation:
             raise ValueError("a reservation rung's pools need the reservation's name")
         self.shapes = pool_layout(args.base_name, args.tpu, args.max_slices)
+        self.policy = _workload_policy(name, args, self) if self.shapes else None
         self.pools = [
             gcp.container.NodePool(
-                f"{name}-{shape.name}", **_pool_arguments(args, shape),
+                f"{name}-{shape.name}", **_pool_arguments(args, shape, self.policy),
                 # initialNodeCount forces a new pool, and GKE reports a manually resized pool's count there:
                 # never replace a running TPU pool over it.
                 opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
@@ -57,7 +60,35 @@ class TpuNodePool(pulumi.ComponentResource):
         return [shape.name for shape in self.shapes]
 
 
-def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
+def _workload_policy(name: str, args: TpuNodePoolArgs, parent: pulumi.Resource) -> gcp.compute.ResourcePolicy | None:
+    """A multi-host TPU7x slice is shaped by a workload policy, not by placementPolicy.tpuTopology: GKE "About Ironwood
+    (TPU7x) in GKE" (https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood): "You create a workload
+    policy and then apply it by using the --placement-policy flag. This policy replaces the --tpu-topology flag";
+    "Ironwood (TPU7x) supports the High throughput workload policy". One policy serves every pool of the rung (they
+    share the topology), as Google's xpk shares one per topology (src/xpk/core/nodepool.py,
+    ensure_resource_policy_exists: `gcloud compute resource-policies create workload-policy --region=<the zone's
+    region> --type=HIGH_THROUGHPUT --accelerator-topology=<topology>`) and cluster-toolkit one per node-pool module
+    (modules/compute/resource-policy with `region`, examples/gke-tpu-7x)."""
+    policy = workload_policy(args.tpu.family, args.tpu.topology)
+    if policy is None:
+        return None
+    cluster = pulumi.Output.from_input(args.cluster_name)
+    return gcp.compute.ResourcePolicy(
+        f"{name}-workload-policy",
+        name=cluster.apply(lambda cluster_name: workload_policy_name(cluster_name, args.base_name)),
+        project=args.project,
+        # GKE's API (NodePool.PlacementPolicy.policy_name): "The resource policy must be in the same project and region
+        # as the node pool"; the pools live in one zone of that region.
+        region=args.location.rsplit("-", 1)[0],
+        # pulumi-gcp 10.2.0 ResourcePolicyWorkloadPolicyArgs: type HIGH_THROUGHPUT or HIGH_AVAILABILITY;
+        # accelerator_topology "can be set only when the workload policy type is HIGH_THROUGHPUT".
+        workload_policy={"type": policy["type"], "accelerator_topology": policy["acceleratorTopology"]},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape,
+                    policy: gcp.compute.ResourcePolicy | None = None) -> dict[str, Any]:
     flex = args.plan == FLEX_START
     labels = {PLAN_LABEL: args.plan}
     if flex:
@@ -96,7 +127,16 @@ def _pool_arguments(args: TpuNodePoolArgs, shape: PoolShape) -> dict[str, Any]:
         "autoscaling": autoscaling,
         "node_config": node_config,
     }
-    if args.tpu.multi_host:
+    if policy is not None:
+        # TPU7x: the node pool names its workload policy (gcloud --placement-policy = placementPolicy.policyName).
+        # pulumi-gcp requires placement_policy.type, whose only value is COMPACT ("Supports a single value: COMPACT");
+        # cluster-toolkit's TPU7x pools, on the same Terraform schema, pass type COMPACT, the policy's name and the
+        # topology as tpu_topology (modules/compute/resource-policy/outputs.tf placement_policy,
+        # modules/compute/gke-node-pool/main.tf). xpk's gcloud command passes the policy alone (no --placement-type,
+        # no --tpu-topology); the schema leaves no such choice here.
+        arguments["placement_policy"] = {"type": "COMPACT", "policy_name": policy.name,
+                                         "tpu_topology": args.tpu.topology}
+    elif args.tpu.multi_host:
         # COMPACT placement with the topology is what makes GKE build one ICI-connected slice.
         arguments["placement_policy"] = {"type": "COMPACT", "tpu_topology": args.tpu.topology}
     if args.plan == SPOT:

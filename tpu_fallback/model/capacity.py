@@ -6,6 +6,7 @@ cpu/memory quota, what one Ray job takes from the system quota, and the tutorial
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -46,6 +47,22 @@ def pool_layout(base_name: str, tpu: TpuSlice, max_slices: int) -> tuple[PoolSha
         return (PoolShape(base_name, max_slices),)
     names = [base_name] + [f"{base_name}-{i}" for i in range(2, max_slices + 1)]
     return tuple(PoolShape(name, tpu.hosts_per_slice) for name in names)
+
+
+# Compute Engine resource names (pulumi-gcp 10.2.0 compute.ResourcePolicy `name`: "must be 1-63 characters long, and
+# comply with RFC1035": a lowercase letter, then dashes, lowercase letters or digits, not ending with a dash).
+MAX_RESOURCE_POLICY_NAME = 63
+
+
+def workload_policy_name(cluster_name: str, base_name: str) -> str:
+    """The workload policy of one rung's pools: `<cluster>-<pool>`. Resource policies are regional and project-wide,
+    so the cluster's name keeps two clusters' pools of one name apart; past 63 characters the name is cut and a hash
+    of the whole keeps it unique."""
+    name = f"{cluster_name}-{base_name}"
+    if len(name) <= MAX_RESOURCE_POLICY_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:MAX_RESOURCE_POLICY_NAME - 9].rstrip('-')}-{digest}"
 
 
 def tpu_chips(tpu: TpuSlice, max_slices: int) -> int:
@@ -104,6 +121,9 @@ def slice_requests(worker_request: Resources, tpu: TpuSlice) -> tuple[Decimal, D
 
 
 def fits_host(request: Resources, machine: MachineType) -> bool:
-    """Whether one TPU worker with this request fits on one host of this machine type."""
+    """Whether one TPU worker with this request fits on one host of this machine type. A size the catalog lacks
+    (MachineType.size_known) cannot be checked here: the infra stack's config gives it, and Kueue's quota holds."""
+    if not machine.size_known:
+        return True
     return (parse_quantity(request.cpu) <= machine.vcpus
             and parse_quantity(request.memory) <= Decimal(machine.memory_gib) * 2**30)

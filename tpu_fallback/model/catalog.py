@@ -9,7 +9,7 @@ saying how to proceed, never silently.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CATALOG_DATE = "2026-12-01"
 
@@ -26,6 +26,12 @@ class MachineType:
     @property
     def topologies(self) -> tuple[str, ...]:
         return self.single_host_topologies + self.multi_host_topologies
+
+    @property
+    def size_known(self) -> bool:
+        """False where no source gave the VM's vCPU and memory (0 in the catalog): the stack config must (tpu.hostVcpus,
+        tpu.hostMemoryGib), since Kueue's cpu/memory quotas are sized from them."""
+        return self.vcpus > 0 and self.memory_gib > 0
 
 
 @dataclass(frozen=True)
@@ -204,8 +210,12 @@ FAMILIES: dict[str, TpuFamily] = {
             name="tpu7x",
             accelerator_label="tpu7x",
             ray_accelerator_type="TPU-V7X",
-            # vCPU and memory of tpu7x-standard-4t: not in the GKE or Cloud TPU pages read here (2026-12-04), so 0
-            # (unknown), and the family is `unsupported` for pools: Kueue's quotas are sized from them.
+            # vCPU and memory of tpu7x-standard-4t: not in the GKE, Cloud TPU or Compute Engine pages read here
+            # (2026-12-04), nor in GKE's own cluster autoscaler's machine table (k8s.io/gke-autoscaling
+            # cluster-autoscaler machinetypes: ct6e, no tpu7x). So 0 (unknown): the stack config gives
+            # them (tpu.hostVcpus, tpu.hostMemoryGib), read from `gcloud compute machine-types describe
+            # tpu7x-standard-4t --zone ZONE --format='value(guestCpus,memoryMb)'`, which is how Google's xpk sizes its
+            # Kueue quotas at run time (src/xpk/core/kueue_manager.py).
             machine_types=(MachineType("tpu7x-standard-4t", 4, 0, 0, ("2x2x1",), _TPU7X_TOPOLOGIES),),
             # Cloud TPU "TPU regions and zones" (https://cloud.google.com/tpu/docs/regions-zones): TPU7x in
             # us-central1-c and the AI zone us-central1-ai1a.
@@ -215,12 +225,9 @@ FAMILIES: dict[str, TpuFamily] = {
             flex_start_zones=frozenset(),
             topology_rule=_THREE_D_RULE.format(144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
             multi_host_placement=WORKLOAD_POLICY,
+            # GKE's Ironwood page (above). cluster-toolkit's examples/gke-tpu-7x/README.md asks for 1.34.3-gke.1318000
+            # for its blueprint; GKE's own figure is the one checked here.
             min_gke_version="1.34.0-gke.2201000",
-            unsupported=("this project cannot make TPU7x node pools yet: a multi-host TPU7x pool needs a workload "
-                         "policy (a Compute Engine resource policy, HIGH_THROUGHPUT with the slice's topology) "
-                         "instead of placementPolicy.tpuTopology, which the node pools here do not create, and "
-                         "tpu7x-standard-4t's vCPU and memory, from which Kueue's quotas are sized, are not in "
-                         "GKE's documentation as read on 2026-12-04"),
         ),
     )
 }
@@ -239,11 +246,13 @@ def family(name: str) -> TpuFamily:
         raise CatalogError(f"unknown TPU family {name!r}; valid: {', '.join(FAMILIES)}") from None
 
 
-def resolve_slice(family_name: str, topology: str, machine_type: str | None = None) -> TpuSlice:
+def resolve_slice(family_name: str, topology: str, machine_type: str | None = None,
+                  host_size: tuple[int, int] | None = None) -> TpuSlice:
     """Derive a slice from a family, a topology and optionally an explicit machine type.
 
     Without a machine type the first one of the family (in catalog order 1t, 4t, 8t) that supports
     the topology is chosen, so v6e 2x4 means two ct6e-standard-4t hosts; ask for -8t for one host.
+    `host_size` (vCPU, GiB) stands in for a machine size the catalog does not know (MachineType.size_known).
     """
     fam = family(family_name)
     if fam.unsupported:
@@ -264,6 +273,9 @@ def resolve_slice(family_name: str, topology: str, machine_type: str | None = No
                 f"{topology!r} is not a valid topology for {found.name}; valid: {', '.join(found.topologies)}"
             )
         machine = found
+    if host_size is not None:
+        # The VM's vCPU and memory as the stack config gives them, where the catalog has no source for them.
+        machine = replace(machine, vcpus=host_size[0], memory_gib=host_size[1])
     return TpuSlice(family=fam, topology=topology, machine=machine)
 
 

@@ -5,6 +5,7 @@ limits on names and flavors)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ class FlexStartSettings:
 
 
 def parse_tpu(value: Any) -> catalog.TpuSlice:
-    obj = object_("tpu", value, ("type", "topology", "machineType"))
+    obj = object_("tpu", value, ("type", "topology", "machineType", "hostVcpus", "hostMemoryGib"))
     family_name = string("tpu.type", obj.get("type", TPU_TYPE), None, f"expected one of {', '.join(catalog.FAMILIES)}")
     if family_name not in catalog.FAMILIES:
         raise fail("tpu.type", family_name, f"unknown TPU family; valid: {', '.join(catalog.FAMILIES)}")
@@ -73,9 +74,46 @@ def parse_tpu(value: Any) -> catalog.TpuSlice:
     if topology not in fam.topologies:
         raise fail("tpu.topology", topology, f"not a valid {fam.name} topology; valid: {fam.describe_topologies()}")
     try:
-        return catalog.resolve_slice(family_name, topology, machine_type)
+        tpu = catalog.resolve_slice(family_name, topology, machine_type)
     except catalog.CatalogError as err:
         raise ConfigError(f"tpu.topology {show(topology)} is invalid: {err}") from None
+    host_size = _host_size(obj, tpu.machine)
+    return tpu if host_size is None else catalog.resolve_slice(family_name, topology, tpu.machine_type, host_size)
+
+
+def _host_size(obj: Mapping[str, Any], machine: catalog.MachineType) -> tuple[int, int] | None:
+    """tpu.hostVcpus / tpu.hostMemoryGib: required where the catalog has no source for the VM's size (Kueue's cpu and
+    memory quotas are sized from it), refused where it has one (the catalog's sourced figure stays the one used)."""
+    given = {key: obj[key] for key in ("hostVcpus", "hostMemoryGib") if obj.get(key) is not None}
+    if machine.size_known:
+        if given:
+            key = next(iter(given))
+            raise fail(f"tpu.{key}", given[key], f"only for a machine type whose size the catalog lacks; "
+                       f"{machine.name} has {machine.vcpus} vCPU and {machine.memory_gib} GiB in the catalog")
+        return None
+    for key in ("hostVcpus", "hostMemoryGib"):
+        if key not in given:
+            raise fail(f"tpu.{key}", None, f"required for {machine.name}: its vCPU and memory, from which Kueue's "
+                       "cpu/memory quotas are sized, are not in the catalog (no Google source found as of "
+                       f"{catalog.CATALOG_DATE}); give tpu.hostVcpus and tpu.hostMemoryGib as `gcloud compute "
+                       f"machine-types describe {machine.name} --zone ZONE --format='value(guestCpus,memoryMb)'` "
+                       "reports them (memoryMb / 1024, rounded down)")
+    return (integer("tpu.hostVcpus", given["hostVcpus"], minimum=1),
+            integer("tpu.hostMemoryGib", given["hostMemoryGib"], minimum=1))
+
+
+def check_gke_version(tpu: catalog.TpuSlice, gke_version: str) -> None:
+    """The cluster's minimum GKE version (gkeVersion) must be one GKE offers the TPU family on. Versions compare
+    part by part; a part left out means the newest GKE picks, so 1.34 satisfies 1.34.0-gke.2201000."""
+    needed = tpu.family.min_gke_version
+    if needed is not None and _version_key(gke_version) < _version_key(needed):
+        raise fail("gkeVersion", gke_version, f"{tpu.family.name} node pools need GKE {needed} or later "
+                   f"(tpu.type {show(tpu.family.name)}); set gkeVersion to {needed} or a later minor")
+
+
+def _version_key(version: str) -> tuple[float, ...]:
+    parts = [float(p) for p in re.split(r"[.]|-gke[.]", version)]
+    return tuple(parts + [float("inf")] * (4 - len(parts)))
 
 
 def parse_system_pool(value: Any) -> SystemPoolSettings:
