@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_fallback.offline.inputs import (
+    REPLACES_NOTE,
     block_added_or_removed,
     flatten,
     mask,
@@ -118,13 +119,13 @@ def _forces(resource: RecordedResource, key: str, before: set[str], after: set[s
     note = replacement_note(resource, key)
     if "ignore_changes" in note:
         return False, True, ""
-    if "REPLACES the resource only through replaceOnChanges" in note or needs_replace_on_changes(resource, key):
-        return True, False, NOT_UPDATED
-    if "REPLACES" in note:
+    if note == REPLACES_NOTE:
         return True, False, ""
     block = block_added_or_removed(resource.type, key, before, after)
-    if block:
+    if block:  # a whole ForceNew block comes or goes: the provider replaces, whatever its fields say
         return True, False, f"the block `{block}` is {'added' if block_in(after, block) else 'removed'}"
+    if needs_replace_on_changes(resource, key):
+        return True, False, NOT_UPDATED
     if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
         kind = resource.type.split(":")[-1]
         forcing = KUBERNETES_REPLACEMENT + KUBERNETES_KIND_REPLACEMENT.get(kind, ())
