@@ -21,7 +21,7 @@ from decimal import ROUND_FLOOR, Decimal
 from tpu_fallback.model import capacity, queues
 from tpu_fallback.model.jobs import JobSpec
 from tpu_fallback.model.labels import TPU_RESOURCE
-from tpu_fallback.model.ladder import KIND_TEXT, RESERVATION, Ladder
+from tpu_fallback.model.ladder import KIND_TEXT, KINDS, RESERVATION, SPOT, Ladder
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.offline.prices import Price, PriceTable, money
@@ -680,13 +680,16 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
     queues_out = outputs.get("localQueues") or []
     assert isinstance(queues_out, list)
     default_queue = f"{queues_out[0]['namespace']}/{queues_out[0]['name']}" if queues_out else "?"
+    # (heading, rung kind, flavor present): a ladder's rungs (flavors.rungs) in ladder order; else plan A / plan B.
+    rungs = _job_rungs(flavors)
     lines = ["## Jobs", "", f"Against infra stack `{infra_stack}`: TPU {family} {tpu.get('topology', '?')} "
              f"({hosts_per_slice} hosts, {chips_per_slice} chips per slice)"
              + (", dispatched by MultiKueue to whichever worker admits the job first" if multikueue else
                 f", cluster `{outputs.get('clusterName', '?')}` in {location}") + ". How many run at once is the "
              "infra stack's report (its quotas and pools); list prices, not a bill.", "",
-             "| job | copies | queue | TPU hosts per copy | slices | chips | plan A per copy-hour "
-             "| plan B per copy-hour |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| job | copies | queue | TPU hosts per copy | slices | chips | "
+             + "".join(f"{heading} per copy-hour | " for heading, _k, _p in rungs).rstrip(),
+             "|---|---:|---|---:|---:|---:|" + "---:|" * len(rungs)]
     d = Diagram()
     members: list[str] = []
     d.subgraphs.append((node_id("c", "jobs"), f"jobs stack → infra {infra_stack}", members))
@@ -695,25 +698,54 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
         slices = hosts // hosts_per_slice if hosts_per_slice else 0
         chips = slices * chips_per_slice
         cost = []
-        for plan, flavor_key in ((capacity.ON_DEMAND, "onDemand"), (capacity.FLEX_START, "flexStart")):
-            if flavors.get(flavor_key) is None:
+        for _heading, kind, present in rungs:
+            if not present:
                 cost.append("–")
                 continue
-            price = table.tpu(family, plan, region) if not multikueue else Price(None, "depends on the worker")
-            cost.append(money(price.value * chips) if price.value is not None else "n/a")
+            if kind == SPOT and not spec.preemptible:  # Kueue never gives it the spot flavor (its taint)
+                cost.append("– (not preemptible)")
+                continue
+            price = rung_price(table, family, kind, region) if not multikueue else Price(None, "depends on the "
+                                                                                               "worker")
+            text = money(price.value * chips) if price.value is not None else "n/a"
+            cost.append(text + (" (reserved: billed whether it runs or not)" if kind == RESERVATION
+                                and price.value is not None else ""))
         queue = spec.queue or default_queue
-        lines.append(f"| `{spec.name}` | {spec.count} | {queue} | {hosts} | {slices} | {chips} | {cost[0]} | "
-                     f"{cost[1]} |")
+        lines.append(f"| `{spec.name}` | {spec.count} | {queue} | {hosts} | {slices} | {chips} | "
+                     + " | ".join(cost) + " |")
         job = d.node(node_id("job", spec.name), f"RayJob {spec.name} ×{spec.count}<br/>{chips} chips each", members)
         lq = node_id("lq", queue)
         if lq not in d.nodes:
             d.node(lq, f"LocalQueue {queue}<br/>(infra {infra_stack.split('/')[-1]})", members)
         d.edges.append((job, lq, "kueue.x-k8s.io/queue-name"))
-    if not multikueue:
+    if not multikueue and "rungs" in flavors:
+        kinds = list(dict.fromkeys(kind for _h, kind, _p in rungs))
+        lines += ["", f"Prices: {family} chip-hour in {region}: " + "; ".join(
+            f"{KIND_TEXT[kind]} {_price_text(rung_price(table, family, kind, region))}" for kind in kinds)
+            + f" ({table.origin})."]
+    elif not multikueue:
         lines += ["", f"Prices: {family} chip-hour in {region}: on-demand "
                   f"{_price_text(table.tpu(family, capacity.ON_DEMAND, region))}; flex-start "
                   f"{_price_text(table.tpu(family, capacity.FLEX_START, region))} ({table.origin})."]
     return lines, d
+
+
+def _job_rungs(flavors: dict[object, object]) -> list[tuple[str, str, bool]]:
+    """The jobs table's price columns: (heading, rung kind, whether the infra stack has it). A ladder stack's
+    `flavors.rungs` (every rung in ladder order, with the kind its stack file writes); an older or two-plan stack's
+    plan A (onDemand) and plan B (flexStart) as before."""
+    rungs = flavors.get("rungs")
+    if isinstance(rungs, list) and rungs:
+        out = []
+        for rung in rungs:
+            kind = KINDS.get(str(rung.get("kind"))) if isinstance(rung, dict) else None
+            if kind is None:  # an infra stack newer than this plan: price what it knows
+                continue
+            out.append((f"`{rung['name']}` ({KIND_TEXT[kind]})", kind, bool(rung.get("flavors"))))
+        if out:
+            return out
+    return [("plan A", capacity.ON_DEMAND, flavors.get("onDemand") is not None),
+            ("plan B", capacity.FLEX_START, flavors.get("flexStart") is not None)]
 
 
 def _price_text(price: Price) -> str:
