@@ -88,7 +88,7 @@ class TpuPlatform(pulumi.ComponentResource):
         self.rung_pools = {rung.name: TpuNodePool(
             f"{name}-{rung.component}",
             plan_args(rung.kind, rung.pool, rung.max_slices,
-                      reservation=rung.reservation.name if rung.reservation is not None else None),
+                      reservation=rung.reservation.affinity_value if rung.reservation is not None else None),
             opts=child,
         ) for rung in ladder.rungs}
         self.on_demand = None if ladder.explicit else self.rung_pools.get(ON_DEMAND)

@@ -35,7 +35,10 @@ CONFIG_KIND = {kind: word for word, kind in KINDS.items()}
 KIND_TEXT = {RESERVATION: "reservation", ON_DEMAND: "on-demand", SPOT: "spot", FLEX_START: "DWS flex-start"}
 
 RUNG_KEYS = ("name", "kind", "pool", "maxSlices", "reservation", "maxRunDuration")
-RESERVATION_KEYS = ("name", "size")
+RESERVATION_KEYS = ("name", "size", "project")
+# A GCP project id (as settings' gcp:project): Resource Manager, "Creating and managing projects": 6 to 30 lowercase
+# letters, digits or hyphens, starting with a letter and not ending with a hyphen.
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 # The flavor of the system pool (tpu_fallback.model.queues.SYSTEM_FLAVOR): no rung may take its name.
 SYSTEM_FLAVOR = "default-cpu"
 MAX_POOL_NAME = 40  # GKE node pool names
@@ -52,6 +55,22 @@ class Reservation:
 
     name: str
     size: int  # slices of the cluster's TPU shape it holds (hostsPerSlice VMs each)
+    project: str | None = None  # its owner project when shared from another project; None: the cluster's own
+
+    @property
+    def affinity_value(self) -> str:
+        """The node pools' reservation_affinity value: the name of a reservation in the cluster's own project, or
+        `projects/<owner project>/reservations/<name>` for one shared from another project.
+
+        Compute Engine's ReservationAffinity.values (REST v1, as mirrored at
+        https://documentation.s3ns.fr/compute/docs/reference/rest/v1/ReservationAffinity): "This can be either a name
+        to a reservation in the same project or "projects/different-project/reservations/some-reservation-name" to
+        target a shared reservation in the same zone but in a different project". Cloud TPU's "Consume a
+        reservation" (https://docs.cloud.google.com/tpu/docs/consume-reservation) gives the same two forms:
+        RESERVATION_NAME, or projects/OWNER_PROJECT_ID/reservations/RESERVATION_NAME "if the reservation is in a
+        different project that your project can consume". pulumi-gcp NodePoolNodeConfigReservationAffinity.values:
+        "The list of label values of reservation resources" (with key compute.googleapis.com/reservation-name)."""
+        return self.name if self.project is None else f"projects/{self.project}/reservations/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -181,10 +200,17 @@ def _reservation(key: str, value: Any) -> Reservation:
         raise fail(key, value, "a reservation rung needs {name, size}: the specific reservation's name and how many "
                    "slices it holds")
     obj = object_(key, value, RESERVATION_KEYS)
+    project = obj.get("project")
+    if project is not None:
+        string(f"{key}.project", project, _PROJECT_ID,
+               "the id of the project that owns a reservation shared with this cluster's project (6 to 30 lowercase "
+               "letters, digits or hyphens, starting with a letter, not ending with a hyphen: the id, not its "
+               "number or display name); leave project out for a reservation of the cluster's own project")
     return Reservation(
         name=string(f"{key}.name", obj.get("name"), DNS_LABEL,
                     "expected the name of a specific Compute Engine reservation in the cluster's zone"),
         size=integer(f"{key}.size", obj.get("size"), minimum=1),
+        project=project,
     )
 
 
@@ -211,9 +237,10 @@ def _check_kinds(rungs: list[Rung], cap_flex_start: bool) -> None:
                    f"unlimited (jobs wait there for DWS capacity), so {rungs[queued + 1].key} "
                    f"({rungs[queued + 1].name}) would never be tried; move it last, or cap it at its pool's size "
                    "with queues.capFlexStart: true")
-    names = [r.reservation.name for r in rungs if r.reservation is not None]
+    # One reservation is its owner project and name: the same name in two projects is two reservations.
+    names = [r.reservation.affinity_value for r in rungs if r.reservation is not None]
     for rung in rungs:
-        if rung.reservation is not None and names.count(rung.reservation.name) > 1:
+        if rung.reservation is not None and names.count(rung.reservation.affinity_value) > 1:
             raise fail(f"{rung.key}.reservation.name", rung.reservation.name,
                        "another rung consumes the same reservation; one rung per reservation (add its slices there)")
 

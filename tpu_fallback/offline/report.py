@@ -405,9 +405,11 @@ def _ladder_notes(cluster: ClusterReport, lines: list[str]) -> None:
     for rung in ladder.rungs:
         if rung.reservation is not None:
             size = rung.reservation.size
-            lines.append(f"- `{rung.name}` consumes reservation `{rung.reservation.name}` ({size} {topology} "
-                         f"slice{'s' if size != 1 else ''}, {rung.max_slices} used here); whether the project's TPU "
-                         "quota covers it is yours to check.")
+            shared = (f", shared from project `{rung.reservation.project}` (it must be shared with this cluster's "
+                      "project)" if rung.reservation.project else "")
+            lines.append(f"- `{rung.name}` consumes reservation `{rung.reservation.affinity_value}` ({size} "
+                         f"{topology} slice{'s' if size != 1 else ''}, {rung.max_slices} used here{shared}); whether "
+                         "the project's TPU quota covers it is yours to check.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -622,7 +624,7 @@ def _tpu_cluster_diagram(diagram: Diagram, cluster: ClusterReport) -> None:
         mode = KIND_TEXT.get(pool.kind, pool.kind)
         rung = cluster.ladder.rung(pool.plan)
         if rung is not None and rung.reservation is not None and cluster.ladder.explicit:
-            mode += f" {rung.reservation.name}"
+            mode += f" {rung.reservation.affinity_value}"
         if pool.kind == "spot":
             mode += ", preemptible jobs only"
         pool_node = diagram.node(node_id(c, "pool", pool.name),
