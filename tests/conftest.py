@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
+from tests.module_times import (  # each test module's wall and CPU time, printed at the end of the run
+    pytest_configure,
+    pytest_runtest_protocol,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
 from tools import schemacheck
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
+
+__all__ = ["pytest_configure", "pytest_runtest_protocol", "pytest_sessionfinish", "pytest_terminal_summary"]
 
 
 def _freeze(overrides: Mapping[str, Any] | None) -> str:
@@ -40,4 +48,3 @@ def schema_check(objects: list[dict[str, Any]]) -> schemacheck.Report:
         return schemacheck.check_with_extra(objects)
     except schemacheck.CrdsUnavailableError as err:
         pytest.skip(f"CRD schema check not run: {err}")
-
