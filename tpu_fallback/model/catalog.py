@@ -159,10 +159,9 @@ FAMILIES: dict[str, TpuFamily] = {
             # vCPU / memory: GKE's cluster autoscaler machine table (k8s.io/gke-autoscaling cluster-autoscaler
             # machinetypes, family ct6e) gives ct6e-standard-1t 44/176 and -4t 180/720 as here, and -8t 180 / 1440
             # with withThreadsPerCoreOverride(1) (one thread per core; the 4t has two): the 8t's allocatable CPU is 180.
-            # The 360 below is the older `gcloud compute machine-types list` reading; it waits for
-            # tests/test_gke_hardening.py's pin of it to change with it (issue 28 item 8). Cloud TPU v6e page for the
-            # topologies per machine type.
-            machine_types=_two_d_family_machines("ct6e-standard", {1: (44, 176), 4: (180, 720), 8: (360, 1440)}),
+            # (The catalog said 360, an unsourced `gcloud compute machine-types list` reading.) Cloud TPU v6e page for
+            # the topologies per machine type.
+            machine_types=_two_d_family_machines("ct6e-standard", {1: (44, 176), 4: (180, 720), 8: (180, 1440)}),
             known_zones=frozenset({
                 "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
                 "us-south1-a", "southamerica-east1-c", "asia-southeast1-b",
