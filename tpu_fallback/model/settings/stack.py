@@ -31,6 +31,7 @@ from tpu_fallback.model.settings.pools import (
     FlexStartSettings,
     OnDemandSettings,
     SystemPoolSettings,
+    check_gke_version,
     check_plans,
     check_pool_names,
     check_zone,
@@ -143,6 +144,8 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     gke_version = parse_gke_version(raw.get("gkeVersion", defaults.gke_version))
 
     tpu = parse_tpu(raw.get("tpu"))
+    # Today's gkeVersion floor is above every family's minimum; the check keeps a lower floor from slipping through.
+    check_gke_version(tpu, gke_version)
     system_pool = parse_system_pool(raw.get("systemPool"))
     on_demand = parse_on_demand(raw.get("onDemand"))
     flex_start = parse_flex_start(raw.get("flexStart"))
