@@ -10,6 +10,7 @@ field replaces when the schema marks it ForceNew; a ForceNew block only when it 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from typing import Any
@@ -136,26 +137,44 @@ def test_a_single_host_slice_becoming_multi_host_adds_the_placement_block_and_re
         assert pool.op == "replace"
         topology = fields_of(pool)["placementPolicy.tpuTopology"]
         assert (topology.before, topology.after, topology.replaces) == (compare.MISSING, "4x4", True)
-        assert topology.why == "the block `placementPolicy` is added"
+        kind = fields_of(pool)["placementPolicy.type"]  # not in the pool's replaceOnChanges: the block's own reason
+        assert (kind.before, kind.after, kind.replaces) == (compare.MISSING, "COMPACT", True)
+        assert kind.why == "the block `placementPolicy` is added"
 
 
 def test_a_new_topology_needs_a_new_pool_which_only_replace_on_changes_makes() -> None:
     # placement_policy.tpu_topology: Optional, not ForceNew, and resourceContainerNodePoolUpdate has no
-    # placement_policy branch: the provider plans an in-place update that never reaches GKE.
+    # placement_policy branch: the provider plans an in-place update that never reaches GKE, unless the program asks
+    # for the replacement with replaceOnChanges, which the TPU pools do (and delete first: the name is reused).
     before, after = infra("dev"), infra("dev", {"tpu": {"type": "v6e", "topology": "2x4"}})
     pools = changes_of(before, after, NODE_POOL)
     assert len(pools) == 2
-    asked = {r.name: r.options.get("replaceOnChanges", []) for r in after.resources if r.type == NODE_POOL}
+    options = {r.name: r.options for r in after.resources if r.type == NODE_POOL}
     for pool in pools.values():
+        assert "placementPolicy.tpuTopology" in options[pool.name].get("replaceOnChanges", [])
+        assert options[pool.name].get("deleteBeforeReplace") is True
+        assert pool.op == "replace"
         topology = fields_of(pool)["placementPolicy.tpuTopology"]
-        assert (topology.before, topology.after, topology.replaces) == ("4x4", "2x4", True)
-        if any(f == "placementPolicy" or "placementPolicy.tpuTopology".startswith(f"{f}.") for f in asked[pool.name]):
-            assert topology.why == ""  # the program asks for the replacement: it happens
-        else:
-            assert "without replaceOnChanges" in topology.why
+        assert (topology.before, topology.after, topology.replaces, topology.why) == ("4x4", "2x4", True, "")
     text = "\n".join(compare.markdown(compare.diff(before, after), "before", "after"))
-    if not any(asked.values()):
-        assert "REPLACED only through replaceOnChanges, which it does not set" in text
+    assert "only through replaceOnChanges" not in text
+    assert "is REPLACED**" in text
+
+
+def test_without_replace_on_changes_compare_says_the_topology_change_would_not_reach_gke() -> None:
+    # The same change on a pool without the option (as the pools were before it): flagged on the line.
+    # Copies: infra() caches its runs for the other tests.
+    before = copy.deepcopy(infra("dev"))
+    after = copy.deepcopy(infra("dev", {"tpu": {"type": "v6e", "topology": "2x4"}}))
+    for run in (before, after):
+        for r in run.resources:
+            if r.type == NODE_POOL:
+                r.options.pop("replaceOnChanges", None)
+    pools = changes_of(before, after, NODE_POOL)
+    for pool in pools.values():
+        assert "without replaceOnChanges" in fields_of(pool)["placementPolicy.tpuTopology"].why
+    text = "\n".join(compare.markdown(compare.diff(before, after), "before", "after"))
+    assert "REPLACED only through replaceOnChanges, which it does not set" in text
 
 
 def test_a_removed_block_is_told_apart_from_a_changed_field() -> None:

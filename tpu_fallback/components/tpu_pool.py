@@ -48,8 +48,14 @@ class TpuNodePool(pulumi.ComponentResource):
             gcp.container.NodePool(
                 f"{name}-{shape.name}", **_pool_arguments(args, shape, self.policy),
                 # initialNodeCount forces a new pool, and GKE reports a manually resized pool's count there:
-                # never replace a running TPU pool over it.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"]),
+                # never replace a running TPU pool over it. A new topology needs a new pool, but the provider neither
+                # replaces the pool for placement_policy.tpu_topology (not ForceNew) nor sends it in an update
+                # (resource_container_node_pool.go: no placement_policy branch; tpu_fallback/offline/inputs.py
+                # NOT_UPDATED_IN_PLACE): replaceOnChanges asks for the new pool. The pool keeps its name, which GKE
+                # holds until the old pool is gone, so a replacement deletes first (create-first would fail: 409).
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["initialNodeCount"],
+                                            replace_on_changes=["placementPolicy.tpuTopology"],
+                                            delete_before_replace=True),
             )
             for shape in self.shapes
         ]
