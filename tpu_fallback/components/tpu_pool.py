@@ -33,8 +33,6 @@ class TpuNodePoolArgs:
 class TpuNodePool(pulumi.ComponentResource):
     shapes: tuple[PoolShape, ...]
     pools: list[gcp.container.NodePool]
-    # The workload policy a multi-host slice of a WORKLOAD_POLICY family (TPU7x) is placed by; None otherwise.
-    policy: gcp.compute.ResourcePolicy | None
 
     def __init__(self, name: str, args: TpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpu-fallback:tpu:TpuNodePool", name, None, opts)
@@ -43,7 +41,10 @@ class TpuNodePool(pulumi.ComponentResource):
         if args.plan == RESERVATION and not args.reservation:
             raise ValueError("a reservation rung's pools need the reservation's name")
         self.shapes = pool_layout(args.base_name, args.tpu, args.max_slices)
-        self.policy = _workload_policy(name, args, self) if self.shapes else None
+        # The workload policy a multi-host slice of a WORKLOAD_POLICY family (TPU7x) is placed by; None otherwise.
+        # Annotated here, not in the class body: Pulumi resolves a component's class annotations at registration,
+        # and that would import pulumi_gcp.compute (≈1 CPU-second) in every program.
+        self.policy: gcp.compute.ResourcePolicy | None = _workload_policy(name, args, self) if self.shapes else None
         self.pools = [
             gcp.container.NodePool(
                 f"{name}-{shape.name}", **_pool_arguments(args, shape, self.policy),
