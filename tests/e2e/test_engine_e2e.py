@@ -82,6 +82,10 @@ pytestmark = pytest.mark.e2e
 VENV = REPO_ROOT / "venv"
 INFRA_PROJECT = "tpu-fallback"
 INFRA_STACK = "local"  # the existing-cluster stack this module creates in the copy
+# `up`, `refresh` and `destroy` preview first unless told not to: a second run of the program for each. Where the test
+# has just previewed the same change (or the preview is not what it checks), the step skips it; the first `up` of each
+# stack and every `preview` of its own run the program as a user's command does.
+SKIP_PREVIEW = "--skip-preview"
 INFRA_REF = f"organization/{INFRA_PROJECT}/{INFRA_STACK}"  # a StackReference name with the file backend
 JOBS_STACK = "dev"
 KUEUE_API = scenario.KUEUE_API
@@ -388,7 +392,7 @@ def test_existing_cluster_up_is_a_fixed_point_and_matches_the_offline_plan(ws: W
     assert sorted(value_changes(diff.stdout)) == ['~ cpu : "10" => "12"', '~ nominalQuota: "10" => "12"'], (
         diff.describe())  # the default-cpu quota, and the systemQuota output
     assert re.search(r"~ 1 to update\s+17 unchanged", diff.stdout), diff.describe()
-    second = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+    second = ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
     assert re.search(r"~ 1 updated\s+17 unchanged", second.stdout), second.describe()
 
     # The live objects are what the offline plan renders for the same config.
@@ -459,7 +463,7 @@ def test_with_the_fallback_off_the_stacks_patch_takes_a_left_over_close_away_a_p
     assert taints() == [taint]
     try:
         expect_no_changes(ws, ws.repo, INFRA_STACK)
-        up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        up = ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
         assert re.search(r"\d+ unchanged", up.stdout) and not re.search(r"updated|replaced", up.stdout), up.describe()
         assert taints() == [taint]
         # What the `up` that turns the fallback off does: create the patch (here created anew with --replace; a
@@ -467,13 +471,14 @@ def test_with_the_fallback_off_the_stacks_patch_takes_a_left_over_close_away_a_p
         patch_urn = (f"urn:pulumi:{INFRA_STACK}::{INFRA_PROJECT}::tpu-fallback:platform:ExistingClusterPlatform$"
                      "tpu-fallback:queues:FallbackQueues$kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavorPatch::"
                      f"{INFRA_STACK}-queues-flavor-on-demand-taints-reset")
-        up = ws.pulumi("up", "--yes", "--replace", patch_urn, project=ws.repo, stack=INFRA_STACK)
+        up = ws.pulumi("up", "--yes", SKIP_PREVIEW, "--replace", patch_urn, project=ws.repo, stack=INFRA_STACK)
         assert re.search(r"1 replaced", up.stdout), up.describe()
         assert taints() == [], up.describe()
     finally:
         if taints():
             controller.set_taint("on-demand", None)
-    ws.pulumi("refresh", "--yes", project=ws.repo, stack=INFRA_STACK)  # the state the later tests start from
+    # The state the later tests start from.
+    ws.pulumi("refresh", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
     expect_no_changes(ws, ws.repo, INFRA_STACK)
     assert_no_unexpected_warnings(ws, since)
 
@@ -540,7 +545,7 @@ def test_jobs_by_stack_reference_fall_back_and_keep_no_credential_in_state(ws: W
 
     check_a_new_endpoint_keeps_the_rayjobs(ws, names)
 
-    ws.pulumi("destroy", "--yes", project=ws.jobs, stack=JOBS_STACK)
+    ws.pulumi("destroy", "--yes", SKIP_PREVIEW, project=ws.jobs, stack=JOBS_STACK)
     ws.jobs_up.discard(JOBS_STACK)
     gone = [*live_objects,
             *((KUEUE_API, "Workload", w["metadata"]["name"], "default") for w in workloads.values()),
@@ -559,19 +564,19 @@ def check_a_new_endpoint_keeps_the_rayjobs(ws: Workspace, names: list[str]) -> N
     assert moved != ws.kubeconfig, "the harness's kubeconfig no longer names 127.0.0.1: this check means nothing"
     try:
         ws.pulumi("config", "set", "--secret", "kubeconfig", project=ws.repo, stack=INFRA_STACK, stdin=moved)
-        ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+        ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
         preview = ws.pulumi("preview", "--diff", project=ws.jobs, stack=JOBS_STACK)
         steps = {(s.op, s.type) for s in changed(diff_steps(preview.stdout))}
         assert steps == {("update", "pulumi:providers:kubernetes")}, preview.describe()
-        ws.pulumi("up", "--yes", project=ws.jobs, stack=JOBS_STACK)
+        ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.jobs, stack=JOBS_STACK)
         after = {n: (ws.client.get(RAY_API, "RayJob", n, "default") or {}).get("metadata", {}).get("uid")
                  for n in names}
         assert after == uids
     finally:
         ws.pulumi("config", "set", "--secret", "kubeconfig", project=ws.repo, stack=INFRA_STACK,
                   stdin=ws.kubeconfig_file.read_text())
-        ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
-        ws.pulumi("up", "--yes", project=ws.jobs, stack=JOBS_STACK)
+        ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
+        ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.jobs, stack=JOBS_STACK)
     expect_no_changes(ws, ws.jobs, JOBS_STACK)
 
 
@@ -591,7 +596,7 @@ def test_renaming_the_cluster_queue_replaces_its_local_queues(ws: Workspace, inf
     replaced = re.search(r"\+-kubernetes:kueue\.x-k8s\.io/v1beta2:LocalQueue: \(replace\)", diff.stdout)
     assert replaced, diff.describe()
     assert not re.search(r"LocalQueue: \(update\)", diff.stdout), diff.describe()
-    up = ws.pulumi("up", "--yes", project=ws.repo, stack=INFRA_STACK)
+    up = ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
     assert "error" not in up.stdout.lower(), up.describe()
     local = ws.client.get(KUEUE_API, "LocalQueue", "user-queue", "default") or {}
     assert local["spec"]["clusterQueue"] == "renamed-queue"
@@ -606,13 +611,13 @@ def test_renaming_the_cluster_queue_replaces_its_local_queues(ws: Workspace, inf
 def test_infra_destroy_removes_every_object(ws: Workspace, infra: InfraStack) -> None:
     since = len(ws.cli.history)
     for stack in sorted(ws.jobs_up):  # left by a failed test 3: its Workloads would keep the ClusterQueue in use
-        ws.pulumi("destroy", "--yes", project=ws.jobs, stack=stack)
+        ws.pulumi("destroy", "--yes", SKIP_PREVIEW, project=ws.jobs, stack=stack)
         ws.jobs_up.discard(stack)
     objects = [(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
                for o in ws.offline_infra().kubernetes_objects()]
     for api, kind, name, ns in objects:
         assert ws.client.get(api, kind, name, ns) is not None, f"{kind} {name} missing before destroy"
-    run = ws.pulumi("destroy", "--yes", project=ws.repo, stack=INFRA_STACK)
+    run = ws.pulumi("destroy", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
     assert re.search(r"- 18 deleted", run.stdout), run.describe()
     assert not wait_gone(ws.client, objects, TIMEOUT)
     for kind in SERVER_DEFAULTS:
@@ -664,7 +669,7 @@ def test_the_hardened_examples_queues_go_through_the_engine(ws: Workspace) -> No
             assert live_spec == {**obj.get("spec", {}), **SERVER_DEFAULTS[obj["kind"]]}, (obj["kind"], meta["name"])
         print(f"[engine-e2e] hardened: {len(rendered)} Kueue objects live as the hardened stack's offline plan")
     finally:
-        ws.pulumi("destroy", "--yes", project=ws.repo, stack=HARDENED_K8S)
+        ws.pulumi("destroy", "--yes", SKIP_PREVIEW, project=ws.repo, stack=HARDENED_K8S)
     assert not wait_gone(ws.client, [(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
                                      for o in rendered], TIMEOUT)
     assert_no_unexpected_warnings(ws, since)
