@@ -51,7 +51,7 @@ def test_one_high_throughput_workload_policy_in_the_zones_region_places_every_sl
                                                "acceleratorTopology": config["tpu"]["topology"]}
     assert policy.inputs["region"] == "us-central1"  # the region of us-central1-c, where the pools are
     assert policy.inputs["project"] == "my-gcp-project"
-    assert policy.inputs["name"] == "ironwood-ironwood-pool"  # <clusterName>-<onDemand.name>
+    assert policy.inputs["name"] == "ironwood-ironwood-pool-2x2x4"  # <clusterName>-<onDemand.name>-<topology>
     (component,) = [r for r in tpu7x.of_type("tpu-fallback:tpu:TpuNodePool")]
     assert policy.parent == component.urn
     pools = tpu_pools(tpu7x)
@@ -136,12 +136,24 @@ def test_tpu7x_flex_start_is_still_refused() -> None:
 
 
 def test_the_workload_policy_name_stays_within_63_characters_and_unique() -> None:
-    assert capacity.workload_policy_name("tpu-cluster", "on-demand-pool") == "tpu-cluster-on-demand-pool"
-    long_a = capacity.workload_policy_name("c" * 40, "a" * 39 + "1")
-    long_b = capacity.workload_policy_name("c" * 40, "a" * 39 + "2")
-    for name in (long_a, long_b):
+    assert capacity.workload_policy_name("tpu-cluster", "on-demand-pool", "4x4x4") == "tpu-cluster-on-demand-pool-4x4x4"
+    names = [capacity.workload_policy_name("c" * 40, "a" * 39 + last, topology)
+             for last in "12" for topology in ("4x4x4", "4x4x8")]
+    for name in names:
         assert len(name) <= 63 and name[0].isalpha() and name[-1] != "-" and name == name.lower(), name
-    assert long_a != long_b
+    assert len(set(names)) == len(names)
+
+
+def test_a_new_topology_is_a_new_policy_and_replaces_the_pools() -> None:
+    # A policy in use cannot change shape under its pools: the new topology gets a policy of its own name, and the
+    # pools' policyName (which forces a new pool) follows it.
+    before = run_program(REPO_ROOT, "dev", fixture_config())
+    config = fixture_config()
+    config["tpu"] = {**config["tpu"], "topology": "2x4x4"}
+    after = run_program(REPO_ROOT, "dev", config)
+    policies = [{r.inputs["name"] for r in run.resources if r.type == "gcp:compute/resourcePolicy:ResourcePolicy"}
+                for run in (before, after)]
+    assert policies[0] and policies[1] and not policies[0] & policies[1], policies
 
 
 @pytest.mark.parametrize(("version", "ok"), [
@@ -166,7 +178,7 @@ def test_the_offline_plan_renders_the_fixture_stack(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.md").read_text()
     assert "### gcp:compute/resourcePolicy:ResourcePolicy" in summary
-    assert 'placementPolicy.policyName = "ironwood-ironwood-pool"' in summary
+    assert 'placementPolicy.policyName = "ironwood-ironwood-pool-2x2x4"' in summary
 
 
 def test_a_tpu7x_stack_without_its_host_size_exits_2_without_a_traceback(tmp_path: Path) -> None:

@@ -82,7 +82,8 @@ def _workload_policy(name: str, args: TpuNodePoolArgs, parent: pulumi.Resource) 
     cluster = pulumi.Output.from_input(args.cluster_name)
     return gcp.compute.ResourcePolicy(
         f"{name}-workload-policy",
-        name=cluster.apply(lambda cluster_name: workload_policy_name(cluster_name, args.base_name)),
+        name=cluster.apply(lambda cluster_name: workload_policy_name(cluster_name, args.base_name,
+                                                                       args.tpu.topology)),
         project=args.project,
         # GKE's API (NodePool.PlacementPolicy.policy_name): "The resource policy must be in the same project and region
         # as the node pool"; the pools live in one zone of that region.

@@ -54,11 +54,12 @@ def pool_layout(base_name: str, tpu: TpuSlice, max_slices: int) -> tuple[PoolSha
 MAX_RESOURCE_POLICY_NAME = 63
 
 
-def workload_policy_name(cluster_name: str, base_name: str) -> str:
-    """The workload policy of one rung's pools: `<cluster>-<pool>`. Resource policies are regional and project-wide,
-    so the cluster's name keeps two clusters' pools of one name apart; past 63 characters the name is cut and a hash
-    of the whole keeps it unique."""
-    name = f"{cluster_name}-{base_name}"
+def workload_policy_name(cluster_name: str, base_name: str, topology: str) -> str:
+    """The workload policy of one rung's pools: `<cluster>-<pool>-<topology>`. Resource policies are regional and
+    project-wide, so the cluster's name keeps two clusters' pools of one name apart. The topology is in the name so
+    that a new one is a new policy (and a new policyName, which replaces the pools) rather than a change to the policy
+    the running pools use. Past 63 characters the name is cut and a hash of the whole keeps it unique."""
+    name = f"{cluster_name}-{base_name}-{topology}"
     if len(name) <= MAX_RESOURCE_POLICY_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
