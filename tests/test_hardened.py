@@ -1,7 +1,7 @@
 """A first `pulumi up` on a hardened GCP project (issue 28), under the mock runtime: private nodes with their
 egress, no Compute Engine default service account, the order of first creation, Managed Service for Prometheus,
 MultiKueue reachability and credentials, and the jobs stack's provider. Sources are in the code's comments;
-what needs the real engine or Kueue is in tests/e2e (test_engine_e2e.py, test_multikueue_e2e.py)."""
+what needs the real engine or Kueue is in tests/e2e (test_engine_examples_e2e.py, test_multikueue_e2e.py)."""
 
 from __future__ import annotations
 

@@ -21,23 +21,24 @@ import pytest
 if TYPE_CHECKING:
     from tests.e2e.fallback_scenarios import FallbackBox
 
-# Warm wall seconds of each module run alone on 2 cores (2026-12-01; the two stock-out evidence modules: half of the
-# 270 s of the one they were split from, 2026-12-03); only the order matters. Those two wait on the fallback's
-# timers most of their time, so each pairs with a short one.
+# Longest first, so no long module starts last (pytest-xdist hands each worker the next module as it frees up; a
+# module is one work unit). The figures: wall seconds of each module in a warm `.ci/run` on 6 workers, 2 cores
+# (2026-12-04, 0ece3b2, printed by tests/module_times.py); only the order matters. The unit tests follow.
 SCHEDULE = (
-    "test_engine_e2e",  # 275 (with the hardened stack, 2026-12-04)  worker 1
-    "test_ladder_engine_e2e",  # 225 (2026-12-04, beside a CPU hog)  worker 2
-    "test_gke_sim_e2e",  # 170  worker 3
-    "test_stockout_evidence_e2e",  # 175  worker 4
-    "test_controller_manager_e2e",  # 28  worker 1
-    "test_fallback_e2e",  # 38  worker 2
-    "test_kueue_chart_e2e",  # 42  worker 3
-    "test_elastic_e2e",  # 62  worker 4
-    "test_fallback_lifecycle_e2e",  # 140  then to whichever worker runs short
-    "test_ladder_e2e",  # 140 (2026-12-04, beside a CPU hog)
-    "test_stockout_moves_e2e",  # 130
-    "test_stockout_fallback_e2e",  # 110
-    "test_multikueue_e2e",  # 70
+    "test_engine_e2e",  # 280 with the examples' half, now test_engine_examples_e2e
+    "test_stockout_evidence_e2e",  # 228
+    "test_gke_sim_e2e",  # 219
+    "test_ladder_e2e",  # 145
+    "test_stockout_moves_e2e",  # 135
+    "test_fallback_lifecycle_e2e",  # 127
+    "test_stockout_fallback_e2e",  # 105
+    "test_elastic_e2e",  # 94
+    "test_engine_examples_e2e",  # about 80 (the example stacks' previews and the hardened stack)
+    "test_ladder_engine_e2e",  # 78
+    "test_fallback_e2e",  # 72
+    "test_controller_manager_e2e",  # 48
+    "test_multikueue_e2e",  # 42
+    "test_kueue_chart_e2e",  # 31
 )
 
 
