@@ -69,11 +69,16 @@ class Settings:
         else:
             plan_a, plan_b = tuple(raw["planAFlavors"]), tuple(raw["planBFlavors"])
             node_selector = raw.get("planANodeSelector") or None
+        plan_a_reserved = raw.get("planAReserved", False)
+        if not isinstance(plan_a_reserved, bool) or (plan_a_reserved and rungs):
+            raise ValueError(f"planAReserved {plan_a_reserved!r} is invalid: expected true or false, and only without "
+                             "\"rungs\" (a ladder marks its reserved rungs itself)")
         return cls(
             decide=d.Config(
                 plan_a_flavors=plan_a, plan_b_flavors=plan_b,
                 stockout_after=float(raw["stockoutAfterSeconds"]), cool_down=float(raw["coolDownSeconds"]),
                 taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]), rungs=rungs,
+                plan_a_reserved=plan_a_reserved,
             ),
             poll_seconds=float(raw["pollSeconds"]), metrics_port=int(raw["metricsPort"]),
             deployment=raw.get("deployment"), node_selector=node_selector,

@@ -76,10 +76,13 @@ class Config:
     reverse_move: bool = True
     # A capacity ladder, most preferred first; empty: the two rungs plan A (not queued) and plan B (queued).
     rungs: tuple[Rung, ...] = ()
+    # Two plans: plan A's pools consume a specific reservation (onDemand.reservation), so plan A is a reserved rung.
+    plan_a_reserved: bool = False
 
     @property
     def ladder(self) -> tuple[Rung, ...]:
-        return self.rungs or (Rung(PLAN_A_RUNG, self.plan_a_flavors), Rung(PLAN_B_RUNG, self.plan_b_flavors, True))
+        return self.rungs or (Rung(PLAN_A_RUNG, self.plan_a_flavors, reserved=self.plan_a_reserved),
+                              Rung(PLAN_B_RUNG, self.plan_b_flavors, True))
 
     @property
     def two_plans(self) -> bool:
@@ -408,8 +411,9 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
         for resource, amount in w.usage.items():
             room[flavor][resource] -= amount
         if config.two_plans:
-            why = (f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {flavor} has the quota free and Ready "
-                   "nodes: moving it to plan A")
+            capacity = "Ready nodes" if flavor in with_nodes else "its reservation's capacity held for it (no node yet)"
+            why = (f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {flavor} has the quota free and "
+                   f"{capacity}: moving it to plan A")
         else:
             wait = "DWS capacity" if ladder[k].queued else "a scale-up"
             capacity = ("Ready nodes" if flavor in with_nodes

@@ -29,16 +29,21 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "tpu-fall
 def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, Any]:
     """config.json (read by tpu_fallback/fallback/controller.py Settings.from_file).
 
-    Today's two plans keep their keys (planAFlavors, planBFlavors, planANodeSelector), so their ConfigMap does not
-    change; a `ladder` stack's rungs go out as "rungs", most preferred first, each with its flavors, whether it is
-    the queued rung (never closed), whether it is a reservation's (`reserved`: moved to without a Ready node, since
-    its pool may autoscale from zero while its capacity is held) and a selector of its pools' nodes."""
+    Today's two plans keep their keys (planAFlavors, planBFlavors, planANodeSelector; planAReserved when plan A
+    consumes a specific reservation), so their ConfigMap does not change; a `ladder` stack's rungs go out as
+    "rungs", most preferred first, each with its flavors, whether it is the queued rung (never closed), whether it
+    is a reservation's (`reserved`: moved to without a Ready node, since its pool may autoscale from zero while its
+    capacity is held) and a selector of its pools' nodes."""
     if plan.ladder.explicit:
         rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued, rung.kind == RESERVATION)
                                            for rung in plan.ladder.rungs]}
     else:
+        # planAReserved only when plan A consumes a specific reservation (onDemand.reservation), so the other
+        # stacks' ConfigMap stays as it was.
+        reserved = any(r.reservation is not None for r in plan.ladder.of_kind(ON_DEMAND))
         rungs = {"planAFlavors": plan.flavors_of(ON_DEMAND), "planBFlavors": plan.flavors_of(FLEX_START),
-                 **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {})}
+                 **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {}),
+                 **({"planAReserved": True} if reserved else {})}
     return {
         **rungs,
         "stockoutAfterSeconds": fallback.stockout_after,
