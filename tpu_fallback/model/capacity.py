@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 
 from tpu_fallback.model.catalog import MachineType, TpuSlice
 from tpu_fallback.model.quantity import Resources, canonical_quantity, parse_quantity
@@ -121,10 +121,81 @@ def slice_requests(worker_request: Resources, tpu: TpuSlice) -> tuple[Decimal, D
             parse_quantity(worker_request.memory) * tpu.hosts_per_slice)
 
 
+# GKE's node allocatable resources: GKE "Plan GKE Standard node sizes" / "About GKE node sizing", "Memory and CPU
+# reservations" (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations).
+# "Allocatable = Capacity - Reserved - Eviction threshold"; GKE reserves memory: "255 MiB of memory for machines with
+# less than 1 GiB of memory, 25% of the first 4 GiB of memory, 20% of the next 4 GiB of memory (up to 8 GiB), 10% of
+# the next 8 GiB of memory (up to 16 GiB), 6% of the next 112 GiB of memory (up to 128 GiB), 2% of any memory above
+# 128 GiB"; CPU: "6% of the first core, 1% of the next core (up to 2 cores), 0.5% of the next 2 cores (up to 4 cores),
+# 0.25% of any cores above 4 cores"; and "100 MiB of memory on each node for the eviction threshold". The search corpus
+# holds only that page's opening, so the table's wording is as quoted from it by learnk8s.io/allocatable-resources,
+# awslabs/amazon-eks-ami PR #367 and kURL's kube-reserved docs (all three agree). No separate rule for TPU hosts or for
+# large machines was found: the 2% tier covers them. (One third-party source says node pools on GKE 1.37+ reserve
+# min(this, 15 MiB x max pods + a base) memory; GKE's page was not seen saying so. If so, this table over-reserves
+# there, which refuses a request GKE could have placed rather than one that would stay Pending.)
+_CPU_TIERS: tuple[tuple[Decimal | None, Decimal], ...] = (  # (cores in the tier, None for the rest; share reserved)
+    (Decimal(1), Decimal("0.06")), (Decimal(1), Decimal("0.01")), (Decimal(2), Decimal("0.005")),
+    (None, Decimal("0.0025")))
+_MEMORY_TIERS_GIB: tuple[tuple[Decimal | None, Decimal], ...] = (  # (GiB in the tier, None for the rest; share)
+    (Decimal(4), Decimal("0.25")), (Decimal(4), Decimal("0.20")), (Decimal(8), Decimal("0.10")),
+    (Decimal(112), Decimal("0.06")), (None, Decimal("0.02")))
+_SMALL_MACHINE_RESERVED = 255 * 2**20  # "255 MiB ... for machines with less than 1 GiB of memory"
+EVICTION_THRESHOLD = 100 * 2**20  # bytes: the kubelet's memory.available<100Mi
+_GIB = 2**30
+_MILLICORE = Decimal("0.001")
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What pods can request on one node: cpu in cores (to the millicore), memory in bytes."""
+
+    cpu: Decimal
+    memory: int
+
+
+def _tiered(total: Decimal, tiers: tuple[tuple[Decimal | None, Decimal], ...]) -> Decimal:
+    """The reserved amount: each tier's share of the part of `total` that falls in it."""
+    reserved, left = Decimal(0), total
+    for size, rate in tiers:
+        part = left if size is None else min(left, size)
+        if part <= 0:
+            break
+        reserved += part * rate
+        left -= part
+    return reserved
+
+
+def gke_allocatable(vcpus: int, memory_gib: int | Decimal) -> Allocatable:
+    """A GKE Standard node's allocatable cpu and memory for a VM of `vcpus` and `memory_gib` (see the table above).
+    Both are rounded down (cpu to a millicore, Kubernetes' smallest cpu unit; memory to a byte), so a request equal to
+    what this returns fits."""
+    if vcpus <= 0 or memory_gib <= 0:
+        raise ValueError(f"a VM size needs vCPUs and memory above 0, not {vcpus} vCPU / {memory_gib} GiB")
+    cpu = (Decimal(vcpus) - _tiered(Decimal(vcpus), _CPU_TIERS)).quantize(_MILLICORE, rounding=ROUND_FLOOR)
+    memory = Decimal(memory_gib) * _GIB
+    if memory < _GIB:
+        reserved = Decimal(_SMALL_MACHINE_RESERVED)
+    else:
+        reserved = _tiered(Decimal(memory_gib), _MEMORY_TIERS_GIB) * _GIB
+    allocatable = (memory - reserved - EVICTION_THRESHOLD).to_integral_value(rounding=ROUND_FLOOR)
+    return Allocatable(cpu=cpu, memory=max(int(allocatable), 0))
+
+
 def fits_host(request: Resources, machine: MachineType) -> bool:
-    """Whether one TPU worker with this request fits on one host of this machine type. A size the catalog lacks
-    (MachineType.size_known) cannot be checked here: the infra stack's config gives it, and Kueue's quota holds."""
+    """Whether one TPU worker with this request fits on one host of this machine type: within what GKE leaves pods
+    (gke_allocatable), not the VM's size, since a request between the two stays Pending forever. A size the catalog
+    lacks (MachineType.size_known) cannot be checked here: the infra stack's config gives it, and Kueue's quota
+    holds. (A size from the config, tpu.hostVcpus/hostMemoryGib, is known and checked the same way.)"""
     if not machine.size_known:
         return True
-    return (parse_quantity(request.cpu) <= machine.vcpus
-            and parse_quantity(request.memory) <= Decimal(machine.memory_gib) * 2**30)
+    room = gke_allocatable(machine.vcpus, machine.memory_gib)
+    return parse_quantity(request.cpu) <= room.cpu and parse_quantity(request.memory) <= room.memory
+
+
+def describe_host(machine: MachineType) -> str:
+    """A host's size and what GKE leaves pods, for error messages: "180 vCPU / 720 GiB, of which GKE leaves pods
+    179.48 CPU / 698.74 GiB allocatable". Both figures are rounded down, so each can be requested as written."""
+    room = gke_allocatable(machine.vcpus, machine.memory_gib)
+    gib = (Decimal(room.memory) / _GIB).quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
+    return (f"{machine.vcpus} vCPU / {machine.memory_gib} GiB, of which GKE leaves pods "
+            f"{format(room.cpu.normalize(), 'f')} CPU / {format(gib.normalize(), 'f')} GiB allocatable")

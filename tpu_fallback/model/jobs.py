@@ -260,7 +260,7 @@ def plan_jobs(jobs: tuple[JobSpec, ...], infra: InfraFacts) -> tuple[PlannedJob,
                        f"must be a whole number of {infra.tpu['topology']} slices: a multiple of {hosts} hosts")
         if machine is not None and not capacity.fits_host(job.worker_request, machine):
             raise fail(f"{key}.workerRequest", f"cpu={job.worker_request.cpu}, memory={job.worker_request.memory}",
-                       f"exceeds one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+                       f"exceeds one {machine.name} host: {capacity.describe_host(machine)}")
         if infra.system_quota is not None:
             need_cpu, need_memory = capacity.system_pods_per_job(job.head_request, elastic=job.elastic is not None)
             pods = "submitter and autoscaler" if job.elastic is not None else "submitter"

@@ -97,7 +97,7 @@ def check_quotas(q: QueueSettings, tpu: catalog.TpuSlice, on_demand_slices: int)
     machine = tpu.machine
     if not capacity.fits_host(q.worker_request, machine):
         raise fail("queues.workerRequest", f"cpu={q.worker_request.cpu}, memory={q.worker_request.memory}",
-                   f"one TPU worker runs on one {machine.name} host ({machine.vcpus} vCPU, {machine.memory_gib} GiB)")
+                   f"one TPU worker runs on one {machine.name} host: {capacity.describe_host(machine)}")
     head_cpu, head_mem = capacity.system_pods_per_job(q.head_request)
     sys_cpu, sys_mem = parse_quantity(q.system_quota.cpu), parse_quantity(q.system_quota.memory)
     if sys_cpu < head_cpu or sys_mem < head_mem:
