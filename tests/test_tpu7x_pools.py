@@ -22,6 +22,7 @@ from tpu_fallback.model.queues import queue_plan
 from tpu_fallback.model.settings import parse_settings
 from tpu_fallback.model.settings.pools import check_gke_version
 from tpu_fallback.model.validation import ConfigError
+from tpu_fallback.offline import compare
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
 FIXTURE = Path(__file__).parent / "fixtures" / "Pulumi.tpu7x.yaml"
@@ -154,6 +155,11 @@ def test_a_new_topology_is_a_new_policy_and_replaces_the_pools() -> None:
     policies = [{r.inputs["name"] for r in run.resources if r.type == "gcp:compute/resourcePolicy:ResourcePolicy"}
                 for run in (before, after)]
     assert policies[0] and policies[1] and not policies[0] & policies[1], policies
+    # What compare mode tells a reviewer: the policy (workload_policy.accelerator_topology is ForceNew in
+    # resource_compute_resource_policy.go) and the pools (policyName is ForceNew) are replaced.
+    changes = {(c.type, c.op) for c in compare.diff(before, after)}
+    assert ("gcp:compute/resourcePolicy:ResourcePolicy", "replace") in changes, changes
+    assert ("gcp:container/nodePool:NodePool", "replace") in changes, changes
 
 
 @pytest.mark.parametrize(("version", "ok"), [

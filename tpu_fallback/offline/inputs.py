@@ -44,6 +44,7 @@ def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 # their own ForceNew: those blocks are in FORCED_WHEN_ADDED_OR_REMOVED.
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
+RESOURCE_POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 FORCES_REPLACEMENT: dict[str, tuple[str, ...]] = {
     # google-beta/services/container/resource_container_node_pool.go (schemaNodePool) and node_config.go
     # (schemaNodeConfig) @93c65b2. Updated in place there: autoscaling.*, management.*, nodeCount, upgradeSettings.*,
@@ -87,6 +88,10 @@ FORCES_REPLACEMENT: dict[str, tuple[str, ...]] = {
     "gcp:compute/routerNat:RouterNat": ("name", "router", "region", "project"),
     # google-beta/services/monitoring/resource_monitoring_dashboard.go @93c65b2 (dashboardJson in place)
     "gcp:monitoring/dashboard:Dashboard": ("project",),
+    # google-beta/services/compute/resource_compute_resource_policy.go @93c65b2: TPU7x's workload policy. Every field
+    # of workload_policy is ForceNew (the block itself is not), as are region and project; name is not.
+    RESOURCE_POLICY: ("project", "region", "workloadPolicy.type", "workloadPolicy.acceleratorTopology",
+                      "workloadPolicy.acceleratorTopologyMode", "workloadPolicy.maxTopologyDistance"),
 }
 
 # ForceNew blocks whose own fields are not all ForceNew: adding or removing the block replaces the resource, changing a
