@@ -197,3 +197,24 @@ def test_a_tpu7x_stack_without_its_host_size_exits_2_without_a_traceback(tmp_pat
                           timeout=300)
     assert done.returncode == 2, done.stderr
     assert "tpu.hostVcpus" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_tpu_output_carries_a_configured_host_size_and_the_jobs_stack_checks_workers_against_it() -> None:
+    """The catalog has no tpu7x-standard-4t size: the infra stack's `tpu` output hands the configured one to the jobs
+    stack, whose workerRequest check then works as for any catalog machine (GKE's allocatable of that host)."""
+    assert "hostVcpus" not in infra("dev").outputs["tpu"]  # a catalog size: the output is as it was
+    run = infra("dev", fixture_config())
+    config = fixture_config()["tpu"]
+    tpu = run.outputs["tpu"]
+    assert (tpu["hostVcpus"], tpu["hostMemoryGib"]) == (config["hostVcpus"], config["hostMemoryGib"])
+    refs = {"organization/tpu-fallback/dev": {"outputs": run.outputs, "secretOutputNames": sorted(run.secret_outputs)}}
+    room = capacity.gke_allocatable(config["hostVcpus"], config["hostMemoryGib"])
+
+    def jobs_run(cpu: str) -> ProgramRun:
+        jobs = [{"name": "j", "workerRequest": {"cpu": cpu, "memory": "16Gi"}}]
+        return run_program(REPO_ROOT / "jobs", "dev", {"jobs": jobs}, stack_references=refs, raise_errors=False)
+
+    assert jobs_run(str(room.cpu)).error is None
+    refused = jobs_run(str(config["hostVcpus"])).error  # the whole VM: more than GKE leaves pods
+    assert isinstance(refused, ConfigError) and str(refused).startswith("jobs[0].workerRequest"), refused
+    assert f"{config['hostVcpus']} vCPU" in str(refused)

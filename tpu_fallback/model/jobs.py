@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpu_fallback.model import capacity, catalog
@@ -300,7 +300,12 @@ def plan_jobs(jobs: tuple[JobSpec, ...], infra: InfraFacts) -> tuple[PlannedJob,
 
 
 def _machine(infra: InfraFacts) -> catalog.MachineType | None:
+    """The infra stack's TPU host: the catalog's, with the size the infra stack was given where the catalog has none
+    (its `tpu` output's hostVcpus/hostMemoryGib: TPU7x)."""
     fam = catalog.FAMILIES.get(str(infra.tpu["type"]))
-    return fam.machine_type(str(infra.tpu["machineType"])) if fam else None
+    machine = fam.machine_type(str(infra.tpu["machineType"])) if fam else None
+    if machine is not None and not machine.size_known and infra.tpu.get("hostVcpus") and infra.tpu.get("hostMemoryGib"):
+        machine = replace(machine, vcpus=int(infra.tpu["hostVcpus"]), memory_gib=int(infra.tpu["hostMemoryGib"]))
+    return machine
 
 

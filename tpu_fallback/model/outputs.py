@@ -42,7 +42,8 @@ class InfraOutputs:
         "nodePools", "`{onDemand: [on-demand-pool], flexStart: [dws-pool]}`", "TPU pool names per plan")]
     tpu: Annotated[Any, OutputSpec(
         "tpu", "`{type: v6e, machineType: ct6e-standard-4t, topology: 4x4, acceleratorLabel: tpu-v6e-slice, "
-        "chipsPerHost: 4, hostsPerSlice: 4, chipsPerSlice: 16}`", "the slice every job must match", jobs_reads=True)]
+        "chipsPerHost: 4, hostsPerSlice: 4, chipsPerSlice: 16}`", "the slice every job must match (a TPU7x stack adds "
+        "its `hostVcpus` and `hostMemoryGib`)", jobs_reads=True)]
     kueue_namespace: Annotated[Any, OutputSpec("kueueNamespace", "`kueue-system`", "where Kueue runs")]
     kueue_version: Annotated[Any, OutputSpec("kueueVersion", "`0.19.2`", "the pinned Kueue chart version")]
     cluster_queue: Annotated[Any, OutputSpec("clusterQueue", "`cluster-queue`", "the ClusterQueue's name")]
@@ -80,10 +81,16 @@ TPU_FIELDS = ("type", "machineType", "topology", "acceleratorLabel", "chipsPerHo
 
 
 def tpu_output(tpu: TpuSlice) -> dict[str, Any]:
-    """The `tpu` output: the slice the jobs stack shapes its RayJobs after."""
+    """The `tpu` output: the slice the jobs stack shapes its RayJobs after. A host size the catalog lacks, given as
+    tpu.hostVcpus/hostMemoryGib (TPU7x), is added as `hostVcpus`/`hostMemoryGib`, so that the jobs stack checks its
+    workers' requests against it too; for every other machine type the output stays as it was."""
     values = (tpu.family.name, tpu.machine_type, tpu.topology, tpu.accelerator_label, tpu.chips_per_host,
               tpu.hosts_per_slice, tpu.chips_per_slice)
-    return dict(zip(TPU_FIELDS, values, strict=True))
+    out: dict[str, Any] = dict(zip(TPU_FIELDS, values, strict=True))
+    listed = tpu.family.machine_type(tpu.machine_type)
+    if listed is not None and not listed.size_known and tpu.machine.size_known:
+        out.update(hostVcpus=tpu.machine.vcpus, hostMemoryGib=tpu.machine.memory_gib)
+    return out
 
 
 def system_quota_output(quota: Resources) -> dict[str, str]:
