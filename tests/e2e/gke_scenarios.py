@@ -215,7 +215,10 @@ class Watch:
             mine += [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == record.name]
             for pod in mine:
                 node = (pod.get("spec") or {}).get("nodeName")
-                if node:
+                # Only pods that ran for the job: once it has finished, KubeRay may still create a worker replica
+                # until its RayCluster is gone (seen once beside a busy loop: a second replica, bound after the
+                # job's end), which says nothing about where the job's slices ran.
+                if node and record.finished is None:
                     replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
                     if node not in self.node_pool:  # bound to a node created after this poll listed the nodes
                         for fresh in self.client.list("v1", "Node"):
