@@ -83,6 +83,7 @@ import yaml
 from tests.e2e.informer import ClusterCache, Informer
 from tests.e2e.kube import KubeClient, KubeError
 from tpu_fallback.model import catalog
+from tpu_fallback.model.capacity import EVICTION_THRESHOLD, gke_reserved_cpu, gke_reserved_memory
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.offline.mockrun import ProgramRun
 
@@ -195,37 +196,11 @@ class Machine:
 
     def allocatable(self) -> dict[str, Decimal]:
         """Capacity minus GKE's reservations (GKE "Plan node sizes": kubelet/system CPU and memory, and the
-        100 MiB eviction threshold)."""
+        100 MiB eviction threshold; the table lives in tpu_fallback/model/capacity.py)."""
         out = self.capacity()
-        out["cpu"] -= _gke_cpu_reserved(self.vcpus)
-        out["memory"] -= _gke_memory_reserved(self.memory_gib) + 100 * MIB
+        out["cpu"] -= gke_reserved_cpu(self.vcpus)
+        out["memory"] -= gke_reserved_memory(self.memory_gib) + EVICTION_THRESHOLD
         return out
-
-
-def _tiered(total: Decimal, tiers: Sequence[tuple[Decimal, Decimal]]) -> Decimal:
-    """Sum of rate * (the part of `total` in each tier); tiers are (upper bound, rate), the last unbounded."""
-    reserved, lower = Decimal(0), Decimal(0)
-    for upper, rate in tiers:
-        part = min(total, upper) - lower
-        if part <= 0:
-            break
-        reserved += part * rate
-        lower = upper
-    return reserved
-
-
-def _gke_cpu_reserved(vcpus: int) -> Decimal:
-    inf = Decimal("Infinity")
-    tiers = [(Decimal(1), Decimal("0.06")), (Decimal(2), Decimal("0.01")), (Decimal(4), Decimal("0.005")),
-             (inf, Decimal("0.0025"))]
-    return _tiered(Decimal(vcpus), tiers)
-
-
-def _gke_memory_reserved(memory_gib: int) -> Decimal:
-    inf = Decimal("Infinity")
-    tiers = [(Decimal(4), Decimal("0.25")), (Decimal(8), Decimal("0.2")), (Decimal(16), Decimal("0.1")),
-             (Decimal(128), Decimal("0.06")), (inf, Decimal("0.02"))]
-    return _tiered(Decimal(memory_gib), tiers) * GIB
 
 
 def machine(name: str) -> Machine:

@@ -165,20 +165,28 @@ def _tiered(total: Decimal, tiers: tuple[tuple[Decimal | None, Decimal], ...]) -
     return reserved
 
 
+def gke_reserved_cpu(vcpus: int) -> Decimal:
+    """The cores GKE reserves for system components on a node of `vcpus` (the table above), unrounded."""
+    return _tiered(Decimal(vcpus), _CPU_TIERS)
+
+
+def gke_reserved_memory(memory_gib: int | Decimal) -> Decimal:
+    """The bytes GKE reserves for system components on a node of `memory_gib` (the table above; the eviction
+    threshold not included), unrounded."""
+    if Decimal(memory_gib) < 1:
+        return Decimal(_SMALL_MACHINE_RESERVED)
+    return _tiered(Decimal(memory_gib), _MEMORY_TIERS_GIB) * _GIB
+
+
 def gke_allocatable(vcpus: int, memory_gib: int | Decimal) -> Allocatable:
     """A GKE Standard node's allocatable cpu and memory for a VM of `vcpus` and `memory_gib` (see the table above).
     Both are rounded down (cpu to a millicore, Kubernetes' smallest cpu unit; memory to a byte), so a request equal to
     what this returns fits."""
     if vcpus <= 0 or memory_gib <= 0:
         raise ValueError(f"a VM size needs vCPUs and memory above 0, not {vcpus} vCPU / {memory_gib} GiB")
-    cpu = (Decimal(vcpus) - _tiered(Decimal(vcpus), _CPU_TIERS)).quantize(_MILLICORE, rounding=ROUND_FLOOR)
-    memory = Decimal(memory_gib) * _GIB
-    if memory < _GIB:
-        reserved = Decimal(_SMALL_MACHINE_RESERVED)
-    else:
-        reserved = _tiered(Decimal(memory_gib), _MEMORY_TIERS_GIB) * _GIB
-    allocatable = (memory - reserved - EVICTION_THRESHOLD).to_integral_value(rounding=ROUND_FLOOR)
-    return Allocatable(cpu=cpu, memory=max(int(allocatable), 0))
+    cpu = (Decimal(vcpus) - gke_reserved_cpu(vcpus)).quantize(_MILLICORE, rounding=ROUND_FLOOR)
+    memory = Decimal(memory_gib) * _GIB - gke_reserved_memory(memory_gib) - EVICTION_THRESHOLD
+    return Allocatable(cpu=cpu, memory=max(int(memory.to_integral_value(rounding=ROUND_FLOOR)), 0))
 
 
 def fits_host(request: Resources, machine: MachineType) -> bool:
