@@ -135,7 +135,6 @@ INJECTABLE = {"Failed": FAILED, "CapacityRevoked": CAPACITY_REVOKED, "BookingExp
 _CPU_MACHINE = re.compile(r"^(?P<family>[a-z][a-z0-9]*)-(?P<shape>standard|highmem|highcpu)-(?P<vcpus>\d+)$")
 _GIB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}
 GIB = 2**30
-MIB = 2**20
 
 
 # --- time ------------------------------------------------------------------------------------------------------

@@ -95,6 +95,12 @@ class Rung:
         return self.kind == SPOT
 
     @property
+    def reserved(self) -> bool:
+        """Its pools consume a specific reservation (a reservation rung, or today's onDemand with its `reservation`):
+        capacity held for it, so the fallback controller moves a job up to it without a Ready node."""
+        return self.reservation is not None
+
+    @property
     def closable(self) -> bool:
         """The fallback controller closes (taints) this rung's flavors on its own stock-out evidence."""
         return not self.queued

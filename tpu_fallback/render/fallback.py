@@ -12,7 +12,6 @@ from typing import Any
 
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
 from tpu_fallback.model.labels import NODEPOOL_LABEL
-from tpu_fallback.model.ladder import RESERVATION
 from tpu_fallback.model.queues import QueuePlan
 from tpu_fallback.model.settings import FallbackSettings
 from tpu_fallback.render.files import controller_sources
@@ -35,12 +34,12 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
     is a reservation's (`reserved`: moved to without a Ready node, since its pool may autoscale from zero while its
     capacity is held) and a selector of its pools' nodes."""
     if plan.ladder.explicit:
-        rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued, rung.kind == RESERVATION)
+        rungs: dict[str, Any] = {"rungs": [rung_config(plan, rung.name, rung.queued, rung.reserved)
                                            for rung in plan.ladder.rungs]}
     else:
         # planAReserved only when plan A consumes a specific reservation (onDemand.reservation), so the other
         # stacks' ConfigMap stays as it was.
-        reserved = any(r.reservation is not None for r in plan.ladder.of_kind(ON_DEMAND))
+        reserved = any(r.reserved for r in plan.ladder.of_kind(ON_DEMAND))
         rungs = {"planAFlavors": plan.flavors_of(ON_DEMAND), "planBFlavors": plan.flavors_of(FLEX_START),
                  **({"planANodeSelector": selector} if (selector := plan_a_node_selector(plan)) else {}),
                  **({"planAReserved": True} if reserved else {})}
