@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_fallback.offline.inputs import (
+    IGNORED_NOTE,
     REPLACES_NOTE,
     block_added_or_removed,
     flatten,
+    has_block,
     mask,
     needs_replace_on_changes,
     replacement_note,
@@ -117,13 +119,13 @@ def _forces(resource: RecordedResource, key: str, before: set[str], after: set[s
     """(forces a replacement, ignored after creation, why when not the field itself) for a changed input; `before` and
     `after` are the resource's flattened input keys on each side."""
     note = replacement_note(resource, key)
-    if "ignore_changes" in note:
+    if note == IGNORED_NOTE:
         return False, True, ""
     if note == REPLACES_NOTE:
         return True, False, ""
     block = block_added_or_removed(resource.type, key, before, after)
     if block:  # a whole ForceNew block comes or goes: the provider replaces, whatever its fields say
-        return True, False, f"the block `{block}` is {'added' if block_in(after, block) else 'removed'}"
+        return True, False, f"the block `{block}` is {'added' if has_block(after, block) else 'removed'}"
     if needs_replace_on_changes(resource, key):
         return True, False, NOT_UPDATED
     if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:helm.sh/"):
@@ -133,9 +135,6 @@ def _forces(resource: RecordedResource, key: str, before: set[str], after: set[s
         return any(top == f or top.startswith(f"{f}.") or key.startswith(f"{f}[") for f in forcing), False, ""
     return False, False, ""
 
-
-def block_in(keys: set[str], block: str) -> bool:
-    return any(k == block or k.startswith((f"{block}.", f"{block}[")) for k in keys)
 
 
 def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:

@@ -122,15 +122,16 @@ def _under(key: str, fields: tuple[str, ...] | list[str]) -> bool:
     return any(key == f or key.startswith((f"{f}.", f"{f}[")) for f in fields)
 
 
-def _present(keys: set[str], block: str) -> bool:
-    return any(k == block or k.startswith((f"{block}.", f"{block}[")) for k in keys)
+def has_block(keys: set[str], block: str) -> bool:
+    """Some flattened input key lies in `block`: the resource has that block."""
+    return any(_under(k, (block,)) for k in keys)
 
 
 def block_added_or_removed(resource_type: str, key: str, before: set[str], after: set[str]) -> str | None:
     """The ForceNew block `key` lies in that one side has and the other has not (so the provider replaces the resource),
     given the flattened input keys before and after; None when there is none."""
     for block in FORCED_WHEN_ADDED_OR_REMOVED.get(resource_type, ()):
-        if _under(key, (block,)) and _present(before, block) != _present(after, block):
+        if _under(key, (block,)) and has_block(before, block) != has_block(after, block):
             return block
     return None
 
