@@ -17,7 +17,8 @@ import pytest
 
 from tests.conftest import infra
 from tpu_fallback.fallback import decide as d
-from tpu_fallback.fallback.controller import Metrics, free_quota, provisioned_owners, read_flavor, read_workload
+from tpu_fallback.fallback.metrics import Metrics
+from tpu_fallback.fallback.read import free_quota, provisioned_owners, read_flavor, read_workload
 from tpu_fallback.model.settings import COOL_DOWN, STOCKOUT_AFTER, FallbackSettings, parse_settings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.render import fallback as render
@@ -370,7 +371,8 @@ def test_fallback_is_off_by_default_with_the_clusters_own_kueue_and_refused_on()
 def test_a_failed_pass_is_counted_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     import threading
 
-    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.config import Settings
+    from tpu_fallback.fallback.controller import Controller
     from tpu_fallback.fallback.kube import KubeError
 
     stop = threading.Event()
@@ -452,7 +454,7 @@ def test_the_controller_keeps_one_connection_and_sends_again_once_the_server_clo
 # --- GKE's evidence, and acting against a fake API ------------------------------------------------------------------
 
 
-# GKE's cluster autoscaler's words (tpu_fallback/fallback/controller.py quotes their source).
+# GKE's cluster autoscaler's words (tpu_fallback/fallback/read.py quotes their source).
 OUT_OF_RESOURCES = ("Node scale up in zones us-east5-b associated with this pod failed: GCE out of resources. Pod is "
                     "at risk of not being scheduled.")
 IN_BACKOFF = ("pod didn't trigger scale-up: 1 in backoff after failed scale-up, 2 node(s) didn't match Pod's node "
@@ -468,7 +470,7 @@ IN_BACKOFF = ("pod didn't trigger scale-up: 1 in backoff after failed scale-up, 
     ("TriggeredScaleUp", "pod triggered scale-up: [{on-demand-pool 0->4 (max: 4)}]", False),
 ])
 def test_which_autoscaler_events_say_there_is_no_capacity(reason: str, message: str, no_capacity: bool) -> None:
-    from tpu_fallback.fallback.controller import says_no_capacity
+    from tpu_fallback.fallback.read import says_no_capacity
 
     assert says_no_capacity(reason, message) is no_capacity
 
@@ -501,7 +503,7 @@ def owned(job: str) -> dict[str, Any]:
 
 
 def test_a_workload_reads_its_pods_unschedulable_and_the_first_no_capacity_event_on_them() -> None:
-    from tpu_fallback.fallback.controller import PodEvidence, parse_time
+    from tpu_fallback.fallback.read import PodEvidence, parse_time
 
     evidence = PodEvidence.read(
         [pod("job-1-worker-a", "job-1"), pod("job-2-worker-a", "job-2", scheduled=True)],
@@ -577,7 +579,8 @@ def fake_cluster() -> FakeKube:
 
 
 def controller_on(kube: FakeKube) -> Any:
-    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.config import Settings
+    from tpu_fallback.fallback.controller import Controller
 
     return Controller(kube, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
 
@@ -636,7 +639,7 @@ def test_a_rejected_workload_patch_does_not_stop_the_close_and_is_counted(failur
 
 
 def parse_now(stamp: str) -> float:
-    from tpu_fallback.fallback.controller import parse_time
+    from tpu_fallback.fallback.read import parse_time
 
     value = parse_time(stamp)
     assert value is not None
@@ -658,7 +661,8 @@ def closed_cluster(closed_at: float) -> FakeKube:
 def test_passes_that_keep_failing_still_reopen_plan_a_once_its_cool_down_passed() -> None:
     import threading
 
-    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.config import Settings
+    from tpu_fallback.fallback.controller import Controller
     from tpu_fallback.fallback.kube import KubeError
 
     kube = closed_cluster(closed_at=time.time() - CONFIG.cool_down - 1)
@@ -698,7 +702,8 @@ DEPLOYMENT = "/apis/apps/v1/namespaces/kueue-system/deployments/tpu-fallback-con
     ("own Deployment unread at start", False)])
 def test_on_its_way_out_the_controller_releases_plan_a_unless_the_same_deployment_restarts_it(
         state: str, reopens: bool) -> None:
-    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.config import Settings
+    from tpu_fallback.fallback.controller import Controller
     from tpu_fallback.fallback.kube import KubeError
 
     kube = closed_cluster(closed_at=time.time())

@@ -28,7 +28,9 @@ from tests.test_fallback import (
     taints,
 )
 from tpu_fallback.fallback import decide as d
-from tpu_fallback.fallback.controller import Controller, Metrics, Settings, merge_selectors, parse_rungs
+from tpu_fallback.fallback.config import Settings, merge_selectors, parse_rungs
+from tpu_fallback.fallback.controller import Controller
+from tpu_fallback.fallback.metrics import Metrics
 
 LADDER = (d.Rung("reservation", ("reservation",)), d.Rung("onDemand", ("on-demand",)), d.Rung("spot", ("spot",)),
           d.Rung("flexStart", ("dws",), queued=True))

@@ -14,7 +14,7 @@ import pytest
 from tests.test_fallback import T0
 from tests.test_fallback_ladder import node, of, snap, waiting_on_dws, write_config
 from tpu_fallback.fallback import decide as d
-from tpu_fallback.fallback.controller import Settings
+from tpu_fallback.fallback.config import Settings
 from tpu_fallback.model.queues import queue_plan
 from tpu_fallback.model.settings import FallbackSettings, parse_settings
 from tpu_fallback.render import fallback as render_fallback

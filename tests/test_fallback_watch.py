@@ -31,24 +31,22 @@ from tests.test_fallback import (
 from tests.test_fallback import FakeKube as _FakeKube
 from tpu_fallback.fallback import decide as d
 from tpu_fallback.fallback import watch
-from tpu_fallback.fallback.controller import (
+from tpu_fallback.fallback.config import Settings
+from tpu_fallback.fallback.controller import Controller
+from tpu_fallback.fallback.kube import KubeError
+from tpu_fallback.fallback.metrics import Metrics
+from tpu_fallback.fallback.read import (
     CLUSTER_QUEUES,
     PENDING_PODS,
     PROVISIONING_REQUESTS,
     RAY_CLUSTERS,
     WORKLOADS,
-    Controller,
-    ListingView,
-    Metrics,
-    NotSyncedError,
     PodEvidence,
-    Settings,
-    WatchingView,
     build_snapshot,
     nodes_path,
     scale_up_events_path,
 )
-from tpu_fallback.fallback.kube import KubeError
+from tpu_fallback.fallback.view import ListingView, NotSyncedError, WatchingView
 from tpu_fallback.render import fallback as render
 
 Obj = dict[str, Any]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import schema_check
-from tpu_fallback.fallback.controller import Settings as ControllerSettings
+from tpu_fallback.fallback.config import Settings as ControllerSettings
 from tpu_fallback.model import catalog
 from tpu_fallback.model.queues import QueuePlan, queue_plan
 from tpu_fallback.model.settings import FallbackSettings, Settings, parse_settings

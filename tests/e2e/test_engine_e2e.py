@@ -227,7 +227,8 @@ def test_with_the_fallback_off_the_stacks_patch_takes_a_left_over_close_away_a_p
     is created then): here its creation anew takes the field back over the controller's ownership, atomic list
     and all."""
     since = len(ws.cli.history)
-    from tpu_fallback.fallback.controller import Controller, Settings
+    from tpu_fallback.fallback.config import Settings
+    from tpu_fallback.fallback.controller import Controller
     from tpu_fallback.fallback.decide import Config
     from tpu_fallback.fallback.kube import Kube
 

@@ -10,8 +10,11 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from tpu_fallback.fallback.controller import Controller, ListingView, Metrics, Settings, WatchingView, serve_metrics
+from tpu_fallback.fallback.config import Settings
+from tpu_fallback.fallback.controller import Controller
 from tpu_fallback.fallback.kube import Kube
+from tpu_fallback.fallback.metrics import Metrics, serve_metrics
+from tpu_fallback.fallback.view import ListingView, WatchingView
 
 
 def main(argv: list[str] | None = None) -> int:

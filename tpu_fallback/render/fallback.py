@@ -26,7 +26,7 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "tpu-fall
 
 
 def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, Any]:
-    """config.json (read by tpu_fallback/fallback/controller.py Settings.from_file).
+    """config.json (read by tpu_fallback/fallback/config.py Settings.from_file).
 
     Today's two plans keep their keys (planAFlavors, planBFlavors, planANodeSelector; planAReserved when plan A
     consumes a specific reservation), so their ConfigMap does not change; a `ladder` stack's rungs go out as
