@@ -56,9 +56,36 @@ def test_dev_queue_objects_are_the_tutorials(dev: ProgramRun) -> None:
     assert dws["spec"].pop("nodeTaints") == [{"key": "cloud.google.com/gke-queued", "value": "true",
                                               "effect": "NoSchedule"}]
     ours[("ResourceFlavor", "", "dws")] = dws
+    # The other: a failed DWS request is retried without limit instead of Kueue's 3 (docs/dws-failures.md).
+    config = copy.deepcopy(ours[("ProvisioningRequestConfig", "", "dws-config")])
+    assert config["spec"].pop("retryStrategy") == manifests.dws_retry_strategy()
+    ours[("ProvisioningRequestConfig", "", "dws-config")] = config
     for key, expected in tutorial.items():
         assert normalise(ours[key]) == normalise(expected), key
     assert all(o["apiVersion"] == "kueue.x-k8s.io/v1beta2" for o in ours.values())
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "global"])
+def test_failed_dws_requests_are_retried_without_limit(stack: str) -> None:
+    # Kueue v0.19.2 deactivates the Workload once a request's attempt number passes backoffLimitCount (Kueue's
+    # default 3: a job lost after four failed requests); the stack sets all three fields, since the API server
+    # fills a missing one with Kueue's default.
+    configs = [o for o in kueue_objects(infra(stack)) if o["kind"] == "ProvisioningRequestConfig"]
+    assert configs
+    for config in configs:
+        strategy = config["spec"]["retryStrategy"]
+        assert strategy == {"backoffLimitCount": 2**31 - 1, "backoffBaseSeconds": 60, "backoffMaxSeconds": 600}
+        # int32 fields in Kueue's CRD: integers (never floats or strings), within range
+        assert all(type(v) is int and 0 < v <= 2**31 - 1 for v in strategy.values()), strategy
+        assert strategy["backoffBaseSeconds"] <= strategy["backoffMaxSeconds"]
+
+
+def test_dws_back_off_reaches_its_cap_within_five_retries() -> None:
+    # Kueue's back-off before retry n is base * 2^(n-1), capped (pkg/workload/admissionchecks.go:230-242): a failure
+    # that has cleared is retried within backoffMaxSeconds, never after Kueue's default 30 min.
+    strategy = manifests.dws_retry_strategy()
+    waits = [min(strategy["backoffBaseSeconds"] * 2 ** (n - 1), strategy["backoffMaxSeconds"]) for n in range(1, 7)]
+    assert waits == [60, 120, 240, 480, 600, 600]
 
 
 def test_flavor_order_and_covered_resources(dev: ProgramRun) -> None:

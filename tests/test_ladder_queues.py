@@ -78,7 +78,9 @@ def test_the_spot_flavor_carries_the_spot_taint_and_only_the_queued_one_the_dws_
     assert [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"]] == [f.name for f in plan.flavors]
     assert queue["spec"]["admissionChecksStrategy"] == {"admissionChecks": [
         {"name": "dws-prov", "onFlavors": ["flex", "flex-2"]}]}
-    assert render.provisioning_request_config(plan)["spec"]["parameters"] == {"maxRunDurationSeconds": "86400"}
+    config = render.provisioning_request_config(plan)
+    assert config["spec"]["parameters"] == {"maxRunDurationSeconds": "86400"}
+    assert config["spec"]["retryStrategy"] == render.dws_retry_strategy()  # a ladder's queued rungs retry alike
     # with the fallback off the stack resets a closable flavor's taints to what it declares: the spot taint stays
     assert render.flavor_taints_reset(plan.flavor("spot"))["spec"]["nodeTaints"] == [SPOT_TAINT]  # type: ignore[arg-type]
     assert render.flavor_taints_reset(plan.flavor("reserved"))["spec"]["nodeTaints"] == []  # type: ignore[arg-type]

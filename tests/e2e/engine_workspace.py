@@ -74,8 +74,9 @@ SERVER_DEFAULTS: dict[str, dict[str, Any]] = {
         "stopPolicy": "None",
     },
     "LocalQueue": {"stopPolicy": "None"},
-    "ProvisioningRequestConfig": {"retryStrategy": {"backoffBaseSeconds": 60, "backoffLimitCount": 3,
-                                                    "backoffMaxSeconds": 1800}},
+    # The stack renders the whole retryStrategy (tpu_fallback/render/kueue.py dws_retry_strategy): nothing left to
+    # fill in (it was Kueue's backoffLimitCount 3, base 60, max 1800).
+    "ProvisioningRequestConfig": {},
     "ResourceFlavor": {},
     "AdmissionCheck": {},
 }

@@ -157,12 +157,52 @@ def cluster_queue(plan: QueuePlan, admission_checks: list[dict[str, Any]] | None
     return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": plan.cluster_queue}, "spec": spec}
 
 
+# How Kueue retries a failed DWS ProvisioningRequest (ProvisioningRequestConfig spec.retryStrategy): without a limit
+# in practice, at a capped back-off. docs/dws-failures.md has the whole reasoning; in short:
+# - Kueue v0.19.2 (pkg/controller/admissionchecks/provisioning/controller.go:618-633) turns a Failed request into
+#   check state Retry (the Workload is evicted, releases its quota and is requeued after the back-off) while the
+#   request's attempt number is <= backoffLimitCount, and into Rejected after that, which deactivates the Workload
+#   (pkg/controller/core/workload_controller.go:969-990: spec.active=false, Evicted reason
+#   DeactivatedDueToAdmissionCheck): the job then stays suspended for good. BookingExpired before admission counts
+#   against the same limit (controller.go:642-658). Kueue reads no reason from the Failed condition: every
+#   failure, whatever GKE's reason, is retried or rejected alike.
+# - Kueue's own default is backoffLimitCount 3, base 60 s, max 1800 s (apis/kueue/v1beta2/
+#   provisioningrequestconfig_types.go:77, CRD default), i.e. a job is lost after four failed requests in ~7 min.
+# - A queued request waiting for capacity does not fail: DWS keeps it until there is quota and capacity
+#   (https://cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig, "If you lack quota ... or the
+#   resources are temporarily unavailable, then the DWS persists the request"). So a Failed request means something
+#   else (e.g. "Provisioning Request's pods cannot be scheduled in the nodepool", kubernetes-sigs/kueue#2389), some
+#   of it transient. Retrying costs a new ProvisioningRequest per attempt (Kueue deletes the old one on eviction:
+#   CleanupProvisioningRequestsOnEviction, beta and on since 0.19, pkg/features/kube_features.go:893) and each
+#   requeue scans the flavors from the first again, so a retry may land the job on a rung that has room by then;
+#   deactivation loses the job. Hence: retry without limit, and report what keeps failing (the fallback controller).
+# - backoffLimitCount is an int32 with no maximum in Kueue v0.19.2's CRD (config/components/crd/bases/
+#   kueue.x-k8s.io_provisioningrequestconfigs.yaml; "set retryStrategy.backoffLimitCount to 0" is the only special
+#   value, and no value means "unlimited"): its largest value is the nearest to none. The back-off between attempts
+#   is base*2^(n-1) capped at backoffMaxSeconds (pkg/workload/admissionchecks.go:230-242): 60, 120, 240, 480, then
+#   every 600 s, so a job whose failure has cleared retries within 10 minutes.
+# - A CapacityRevoked request still deactivates a running Workload whatever the strategy (controller.go:634-641).
+DWS_RETRY_LIMIT = 2**31 - 1  # the CRD's int32 maximum: no limit in practice
+DWS_BACKOFF_BASE = 60  # seconds, Kueue's default
+DWS_BACKOFF_MAX = 600  # seconds (Kueue's default is 1800)
+
+
+def dws_retry_strategy() -> dict[str, int]:
+    """The ProvisioningRequestConfig's retryStrategy: retry a failed DWS request without limit, at a capped back-off
+    (see the comment above DWS_RETRY_LIMIT). All three fields are set: the API server fills in a missing one with
+    Kueue's default (a missing backoffLimitCount would be 3 again)."""
+    return {"backoffLimitCount": DWS_RETRY_LIMIT, "backoffBaseSeconds": DWS_BACKOFF_BASE,
+            "backoffMaxSeconds": DWS_BACKOFF_MAX}
+
+
 def provisioning_request_config(plan: QueuePlan) -> dict[str, Any]:
     """Plan B's ProvisioningRequests: GKE's queued provisioning for the TPU chips, with the plan's parameters
-    (Kueue passes spec.parameters on to each ProvisioningRequest)."""
+    (Kueue passes spec.parameters on to each ProvisioningRequest) and a failed request retried without limit
+    (dws_retry_strategy)."""
     spec: dict[str, Any] = {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": [TPU_RESOURCE]}
     if plan.provisioning_parameters:
         spec["parameters"] = dict(plan.provisioning_parameters)
+    spec["retryStrategy"] = dws_retry_strategy()
     return {"apiVersion": KUEUE_API, "kind": "ProvisioningRequestConfig", "metadata": {"name": DWS_CONFIG},
             "spec": spec}
 
