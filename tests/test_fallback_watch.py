@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import random
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -121,6 +122,18 @@ class FakeApi:
         return stream
 
 
+class Highest(random.Random):
+    """Draws the top of every range: the back-off's full delay."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def backed_off(delay: float, full: float) -> bool:
+    """A jittered back-off of `full` seconds: between half of it and all of it."""
+    return full / 2 <= delay <= full
+
+
 def names(informer: watch.Informer) -> list[str]:
     return [o["metadata"]["name"] for o in informer.items()]
 
@@ -175,7 +188,7 @@ def test_a_watch_broken_in_the_middle_keeps_what_it_applied_and_resumes_after_it
     informer = watch.Informer(api, PATH)
     informer.step()
     delay = informer.step()
-    assert delay == watch.RETRY_FIRST and names(informer) == ["a"]
+    assert backed_off(delay, watch.RETRY_FIRST) and names(informer) == ["a"]
     assert informer.error == "ConnectionResetError: reset by peer" and informer.errors == 1
     informer.step()
     assert api.calls[-1] == ("WATCH", PATH, "11") and informer.error is None
@@ -216,10 +229,10 @@ def test_a_failing_list_is_retried_with_a_growing_back_off_and_its_error_stays_v
     api.failures[("LIST", PATH)] = [KubeError(403, "GET", PATH, "forbidden"), TimeoutError("timed out")]
     counted: list[str] = []
     informer = watch.Informer(api, PATH, count=counted.append)
-    assert informer.step() == watch.RETRY_FIRST
+    assert backed_off(informer.step(), watch.RETRY_FIRST)
     assert not informer.synced and informer.error is not None and "HTTP 403" in informer.error
     assert informer.failing_for() > 0
-    assert informer.step() == 2 * watch.RETRY_FIRST and informer.error == "TimeoutError: timed out"
+    assert backed_off(informer.step(), 2 * watch.RETRY_FIRST) and informer.error == "TimeoutError: timed out"
     assert informer.step() == 0 and informer.synced and informer.error is None and informer.failing_for() == 0
     assert names(informer) == ["a"] and informer.errors == 2 and counted == ["errors", "errors", "lists"]
 
@@ -227,9 +240,61 @@ def test_a_failing_list_is_retried_with_a_growing_back_off_and_its_error_stays_v
 def test_the_back_off_is_capped() -> None:
     api = FakeApi()
     api.failures[("LIST", PATH)] = [OSError("refused")] * 20
-    informer = watch.Informer(api, PATH)
+    informer = watch.Informer(api, PATH, rng=Highest())
     delays = [informer.step() for _ in range(20)]
     assert delays[-1] == watch.RETRY_MAX and delays == sorted(delays)
+    assert delays[:3] == [watch.RETRY_FIRST, 2 * watch.RETRY_FIRST, 4 * watch.RETRY_FIRST]
+
+
+def test_informers_failing_together_retry_apart() -> None:
+    """The back-off is drawn between half the delay and all of it: two informers failing at the same moment (the
+    API server restarting) do not come back at the same moment, and never sooner than half the delay."""
+    api = FakeApi()
+    api.failures[("LIST", PATH)] = [OSError("refused")] * 40
+    one, two = watch.Informer(api, PATH, rng=random.Random(1)), watch.Informer(api, PATH, rng=random.Random(2))
+    firsts = [(one.step(), two.step()) for _ in range(8)]
+    assert all(a != b for a, b in firsts), firsts
+    expected = [min(watch.RETRY_MAX, watch.RETRY_FIRST * 2 ** i) for i in range(8)]
+    assert all(backed_off(a, e) and backed_off(b, e) for (a, b), e in zip(firsts, expected, strict=True)), firsts
+
+
+def test_each_watch_asks_for_its_own_timeout_and_event_watches_end_before_a_read_times_out() -> None:
+    """Watches end at timeoutSeconds drawn per watch (informers started together drift apart); a kind served
+    without bookmarks (Events) asks for one shorter than the read timeout, so only a stalled watch times out."""
+    from tpu_fallback.fallback.kube import WATCH_READ_TIMEOUT
+
+    events = scale_up_events_path("FailedScaleUp")
+    api = FakeApi({PATH: [], events: []})
+    asked: dict[str, list[int]] = {PATH: [], events: []}
+    plain_watch = api.watch
+
+    def watching(path: str, resource_version: str, timeout_seconds: int) -> FakeStream:
+        asked[path].append(timeout_seconds)
+        return plain_watch(path, resource_version, timeout_seconds)
+
+    api.watch = watching  # type: ignore[method-assign]
+    for path in (PATH, events):
+        informer = watch.Informer(api, path, rng=random.Random(7))
+        for _ in range(12):
+            informer.step()
+    low, high = watch.WATCH_SECONDS_RANGE
+    assert all(low <= s <= high for s in asked[PATH]) and len(set(asked[PATH])) > 1, asked
+    assert high > WATCH_READ_TIMEOUT  # cached kinds rely on the bookmarks the server sends about every minute
+    assert all(s < WATCH_READ_TIMEOUT for s in asked[events]) and len(set(asked[events])) > 1, asked
+    assert watch.watch_seconds_range("/apis/events.k8s.io/v1/namespaces/x/events?fieldSelector=a") == \
+        watch.UNCACHED_WATCH_SECONDS_RANGE
+    assert watch.Informer(api, PATH, watch_seconds=7).watch_seconds == 7  # a fixed one for tests
+
+
+def test_a_stalled_watch_is_a_failure_said_as_such_and_it_resumes_where_it_was() -> None:
+    api = FakeApi({PATH: []}, version="10")
+    api.scripts[PATH] = [[("ADDED", obj("a", "11")), TimeoutError("timed out")]]
+    informer = watch.Informer(api, PATH)
+    informer.step()
+    assert backed_off(informer.step(), watch.RETRY_FIRST)
+    assert informer.error is not None and "the watch stalled" in informer.error and informer.errors == 1
+    informer.step()
+    assert api.calls[-1] == ("WATCH", PATH, "11") and informer.error is None and names(informer) == ["a"]
 
 
 def test_an_error_event_other_than_410_is_a_failure_and_the_watch_resumes_where_it_was() -> None:
@@ -237,7 +302,7 @@ def test_an_error_event_other_than_410_is_a_failure_and_the_watch_resumes_where_
     api.scripts[PATH] = [[("ERROR", {"kind": "Status", "code": 500, "message": "internal error"})]]
     informer = watch.Informer(api, PATH)
     informer.step()
-    assert informer.step() == watch.RETRY_FIRST and "internal error" in (informer.error or "")
+    assert backed_off(informer.step(), watch.RETRY_FIRST) and "internal error" in (informer.error or "")
     informer.step()
     assert api.calls[-1] == ("WATCH", PATH, "10")
 
@@ -252,7 +317,7 @@ def test_an_api_that_is_not_served_reads_as_empty_and_is_listed_again_now_and_th
     assert informer.step() == 0 and informer.served and names(informer) == ["job-1-x7k2p"]
     required = watch.Informer(api, WORKLOADS)
     api.failures[("LIST", WORKLOADS)] = [KubeError(404, "GET", WORKLOADS, "not found")]
-    assert required.step() == watch.RETRY_FIRST and not required.synced  # a kind the controller needs: an error
+    assert backed_off(required.step(), watch.RETRY_FIRST) and not required.synced  # a kind the controller needs
 
 
 def test_a_watch_that_ends_without_a_word_is_opened_again_after_a_pause_not_at_once() -> None:
@@ -281,7 +346,7 @@ def test_a_bad_object_is_an_error_not_a_dead_thread() -> None:
     api.scripts[PATH] = [[("ADDED", {"metadata": {}})]]  # no name
     informer = watch.Informer(api, PATH)
     informer.step()
-    assert informer.step() == watch.RETRY_FIRST and informer.error == "KeyError: 'name'"
+    assert backed_off(informer.step(), watch.RETRY_FIRST) and informer.error == "KeyError: 'name'"
 
 
 def test_the_thread_follows_the_kind_and_stops_when_told() -> None:
@@ -657,3 +722,50 @@ def test_kube_watches_on_a_connection_of_its_own_and_counts_every_request(tmp_pa
     assert seen[0][0] != seen[1][0] != seen[2][0] != seen[3][0]  # each watch on a connection of its own ...
     assert seen[3][0] == seen[4][0]  # ... and an informer's pages on its own keep-alive one
     assert verbs == ["list", "watch", "watch", "list", "list", "watch"]
+
+
+def test_kube_a_watch_silent_past_its_read_timeout_raises_timeout_error(tmp_path: Any) -> None:
+    """A server that answers a WATCH and then says nothing (a stalled connection): the read times out instead of
+    blocking for the watch's whole timeoutSeconds, and the informer counts it as a stall."""
+    import http.server
+    import ssl
+    import subprocess
+
+    from tpu_fallback.fallback.kube import Kube
+
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    release = threading.Event()
+
+    class Silent(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            release.wait(30)  # then nothing: the stall
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    server.daemon_threads = True
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kube = Kube(f"https://127.0.0.1:{server.server_address[1]}", ssl.create_default_context(cafile=str(cert)),
+                    lambda: None)
+        stream = kube.watch(PATH, "10", timeout_seconds=300, read_timeout=0.3)
+        with pytest.raises(TimeoutError):
+            list(stream)
+        stream.close()
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()

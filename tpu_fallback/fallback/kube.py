@@ -34,6 +34,13 @@ from typing import Any
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 FIELD_MANAGER = "tpu-fallback-controller"
+# Seconds a WATCH may stay silent before it counts as stalled (a connection dropped without a FIN or RST: a NAT or
+# load balancer forgetting it, a control-plane VM gone). A healthy watch is never silent that long: the API server
+# sends a BOOKMARK about every minute on watches served from its watch cache (k8s.io/apiserver@v0.36.3
+# pkg/storage/cacher/cacher.go defaultBookmarkFrequency = time.Minute, cache_watcher.go nextBookmarkTime), and
+# ends each watch after its timeoutSeconds, which the informers keep below this for kinds served without the
+# cache, hence without bookmarks (watch.py watch_seconds_range). So a stall is noticed within two minutes.
+WATCH_READ_TIMEOUT = 110.0
 
 
 class KubeError(Exception):
@@ -119,9 +126,12 @@ class Kube:
             if token is None:
                 return
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int) -> WatchStream:
+    def watch(self, path: str, resource_version: str, timeout_seconds: int,
+              read_timeout: float = WATCH_READ_TIMEOUT) -> WatchStream:
         """A WATCH of `path` (a collection, with its selectors) from `resource_version`, bookmarks included, on a new
-        connection of its own (it stays open for up to `timeout_seconds`, when the server ends it)."""
+        connection of its own (it stays open for up to `timeout_seconds`, when the server ends it). A read that
+        waits longer than `read_timeout` raises TimeoutError (an OSError): the watch stalled (see
+        WATCH_READ_TIMEOUT)."""
         query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
                                         "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)})
         conn = self._new_connection()
@@ -131,8 +141,8 @@ class Kube:
             response = conn.getresponse()
             if not 200 <= response.status < 300:
                 raise KubeError(response.status, "WATCH", path, response.read().decode(errors="replace"))
-            if conn.sock is not None:  # silent for longer than the watch lasts: the server is gone, not the kind idle
-                conn.sock.settimeout(timeout_seconds + self._timeout)
+            if conn.sock is not None:
+                conn.sock.settimeout(read_timeout)
         except BaseException:
             conn.close()
             raise

@@ -9,7 +9,16 @@ again every few seconds), not with what changed. An informer pays for a kind onc
   on any change). A watch that ends (the server's timeoutSeconds, a dropped connection) is opened again from the
   last resourceVersion seen, bookmarks included; a 410 Gone (the server's history no longer reaches back that
   far, as an HTTP status or an ERROR event) starts over with a LIST.
-- A failed LIST or WATCH is retried after a back-off (RETRY_FIRST doubling up to RETRY_MAX); the failure stays in
+- Each WATCH asks the server to end it after a timeoutSeconds drawn at random per watch (WATCH_SECONDS_RANGE), so
+  informers started together do not all reconnect in the same second ever after; and the connection's reads time
+  out after kube.WATCH_READ_TIMEOUT, so a watch that stalled silently is noticed (a failure, retried) within two
+  minutes. That needs a healthy watch to say something more often: the API server sends bookmarks about every
+  minute from its watch cache, but Events are not cached by default (kubernetes pkg/kubeapiserver/
+  default_storage_factory_builder.go@v1.36.3 DefaultWatchCacheSizes: events 0), and a watch served straight from
+  etcd sends external clients no bookmarks (k8s.io/apiserver@v0.36.3 pkg/storage/etcd3/watcher.go), so an Event
+  watch asks for a timeoutSeconds below the read timeout (UNCACHED_WATCH_SECONDS_RANGE) and ends on time instead.
+- A failed LIST or WATCH is retried after a back-off (RETRY_FIRST doubling up to RETRY_MAX, each delay drawn
+  between half of it and all of it, so informers that failed together do not retry together); the failure stays in
   `error` (None again once a LIST or WATCH works) for the controller to log, and `failing_for()` says how long the
   store has not been followed. `synced` is False until the first LIST answered: the store is empty, not "none".
 - `optional`: a kind whose API may not be served (a CRD not installed: LIST answers 404) reads as empty, and the
@@ -26,16 +35,22 @@ from __future__ import annotations
 
 import http.client
 import logging
+import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tpu_fallback.fallback.kube import KubeError
+from tpu_fallback.fallback.kube import WATCH_READ_TIMEOUT, KubeError
 
 log = logging.getLogger("tpu-fallback")
 
-WATCH_SECONDS = 300  # the server ends each watch after this (timeoutSeconds); it is opened again at once
+# The server ends each watch after timeoutSeconds drawn from this range (it is opened again at once): client-go's
+# reflector draws its own from [5, 10) minutes (k8s.io/client-go@v0.36.3 tools/cache/reflector.go minWatchTimeout).
+WATCH_SECONDS_RANGE = (240, 360)
+# For kinds the API server does not serve from its watch cache (no bookmarks): shorter than the read timeout.
+UNCACHED_WATCH_SECONDS_RANGE = (60, 90)
 RETRY_FIRST, RETRY_MAX = 0.5, 15.0  # seconds before retrying a failed LIST or WATCH: doubled per failure, capped
 NOT_SERVED_RETRY = 60.0  # seconds between LISTs of an optional kind whose API is not served
 EMPTY_WATCH_PAUSE = 1.0  # after a watch that ended without a single event or bookmark (a server or proxy closing it)
@@ -60,6 +75,13 @@ class Transport(Protocol):
     def watch(self, path: str, resource_version: str, timeout_seconds: int) -> WatchStream: ...
 
 
+def watch_seconds_range(path: str) -> tuple[int, int]:
+    """The timeoutSeconds range for a watch of `path`: Events (core or events.k8s.io) are not in the API server's
+    watch cache by default, so their watches get no bookmarks and must end before the read timeout."""
+    resource = urllib.parse.urlsplit(path).path.rstrip("/").rsplit("/", 1)[-1]
+    return UNCACHED_WATCH_SECONDS_RANGE if resource == "events" else WATCH_SECONDS_RANGE
+
+
 def key_of(obj: Obj) -> Key:
     meta = obj["metadata"]
     return str(meta.get("namespace") or ""), str(meta["name"])
@@ -70,8 +92,8 @@ class Informer:
 
     def __init__(self, transport: Transport, path: str, *, name: str | None = None, optional: bool = False,
                  changed: threading.Event | None = None, count: Callable[[str], None] | None = None,
-                 transform: Callable[[Obj], Obj] | None = None, watch_seconds: int = WATCH_SECONDS,
-                 page_size: int = PAGE_SIZE) -> None:
+                 transform: Callable[[Obj], Obj] | None = None, watch_seconds: int | None = None,
+                 page_size: int = PAGE_SIZE, rng: random.Random | None = None) -> None:
         self.transport = transport
         self.path = path
         self.name = name or path
@@ -79,7 +101,8 @@ class Informer:
         self.changed = changed if changed is not None else threading.Event()
         self._count = count  # called with "lists", "events" or "errors" (the controller's metrics)
         self._transform = transform
-        self.watch_seconds = watch_seconds
+        self.watch_seconds = watch_seconds  # None: drawn per watch from watch_seconds_range(path)
+        self._rng = rng or random.Random()
         self.page_size = page_size
         self.lists = 0  # LISTs answered (1 unless a watch fell too far behind or the API was not served)
         self.events = 0  # ADDED, MODIFIED and DELETED events applied
@@ -167,7 +190,9 @@ class Informer:
         return 0.0
 
     def _follow(self, version: str) -> float:
-        stream = self.transport.watch(self.path, version, self.watch_seconds)
+        lowest, highest = watch_seconds_range(self.path)
+        seconds = self.watch_seconds if self.watch_seconds is not None else self._rng.randint(lowest, highest)
+        stream = self.transport.watch(self.path, version, seconds)
         self._stream = stream
         received = False
         try:
@@ -187,6 +212,8 @@ class Informer:
                     raise ValueError(f"watch event of unknown type {kind!r}")
                 # Resume from here, so a watch that breaks in the middle loses and repeats nothing.
                 self._version = str((obj.get("metadata") or {}).get("resourceVersion") or self._version)
+        except TimeoutError as err:  # the read timeout: silent for longer than a healthy watch ever is
+            raise TimeoutError(f"the watch stalled: nothing read for {WATCH_READ_TIMEOUT:.0f}s ({err})") from err
         finally:
             self._stream = None
             stream.close()
@@ -217,7 +244,8 @@ class Informer:
         if self._failing_since is None:
             self._failing_since = time.monotonic()
         self._failures += 1
-        return float(min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1)))
+        delay = float(min(RETRY_MAX, RETRY_FIRST * 2 ** (self._failures - 1)))
+        return delay / 2 + self._rng.uniform(0, delay / 2)  # jittered: informers failing together spread out
 
     def _tell(self, what: str) -> None:
         if self._count is not None:
