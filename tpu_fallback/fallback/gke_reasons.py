@@ -20,10 +20,13 @@ Who writes what (sources: the comment above `REASONS`):
   ``Failed adding <n> nodes to group <group> due to <Class>.<CODE>; source errors: <...>``.
   These three go through the autoscaler's LogRecorder onto its status ConfigMap (kube-system,
   cluster-autoscaler-status), not onto pods. Whether GKE writes that ConfigMap is not in the fork's source.
-* Both write **NotTriggerScaleUp** (``pod didn't trigger scale-up: 1 in backoff after failed scale-up, ...``) and
-  **TriggeredScaleUp** (``pod triggered scale-up: [{<group> 0->4 (max: 4)}]``) on pods. GKE's own processor,
-  used when ProvisioningRequests or CapacityRequests are on, writes ``Pod didn't trigger ...`` and
-  ``Pod triggered ...`` instead (pkg/processors/scaleup/internal_eventing_scale_up_processor.go).
+* Both write **NotTriggerScaleUp** and **TriggeredScaleUp** on pods. The open-source processor writes ``pod didn't
+  trigger scale-up: 1 in backoff after failed scale-up, ...`` and ``pod triggered scale-up: [{<group> 0->4 (max:
+  4)}]`` (pkg/processors/status/eventing_scale_up_processor.go). GKE always turns ProvisioningRequests on
+  (pkg/config/options/cli/flags.go: "GKE clusterautoscaler always uses ProvReqs"), which swaps in its own processor
+  (pkg/autoscaler/processors.go): it writes ``Pod didn't trigger scale-up: ...`` and ``Pod triggered scale-up: ...``
+  with the same reasons, and also after a scale-up that failed (pkg/processors/scaleup/
+  internal_eventing_scale_up_processor.go).
 
 `read_failed_scale_up` reads the first three forms. `read_not_triggered` and `read_triggered` read the last two.
 client-go may fold frequent Events that differ only in message into one whose message starts with
@@ -109,7 +112,8 @@ class ReasonRow:
 #     autoscaling_gce_client.go  the error codes (GetErrorInfo). GKE's fork pins
 #     ce048aaf0fd3ac13318c63d5629c4e2b3645593c, whose copy of this file is identical.
 #   kubernetes-sigs/cluster-autoscaler 33c3f97bf2749b1385d9223f1f8856fe345011f7 (the open-source core; GKE pins
-#     991000421cbbf6becd2098e3671675a96bb780d0, identical in the files below but for a metric):
+#     991000421cbbf6becd2098e3671675a96bb780d0: the files below are the same there, but for a metric in
+#     orchestrator.go and the --cloud-provider default in flags.go):
 #     pkg/clusterstate/clusterstate.go  ScaleUpFailed; pkg/processors/status/eventing_scale_up_processor.go
 #     NotTriggerScaleUp, TriggeredScaleUp; pkg/core/scaleup/orchestrator/{orchestrator,skippedreasons}.go the
 #     skipped node groups; pkg/utils/backoff/exponential_backoff.go, pkg/config/flags/flags.go the back-off.
@@ -309,7 +313,8 @@ class Reason:
     groups: tuple[str, ...] = ()
     """The node groups (MIG URLs) it names, when it names them whole."""
     cut: bool = False
-    """The message ends inside this reason (it was recognised from a prefix)."""
+    """The message was cut inside this reason, or right at its end: it was recognised from its beginning, and
+    the node groups it names are left out (they may be cut)."""
 
     def verdict(self, *, reservation: bool) -> Verdict:
         return self.row.verdict(reservation=reservation)
@@ -517,11 +522,12 @@ class NotTriggered:
 
 
 def read_not_triggered(message: str) -> NotTriggered:
-    """Read ``pod didn't trigger scale-up: 1 in backoff after failed scale-up, 2 node(s) didn't match ...``.
+    """Read ``Pod didn't trigger scale-up: 1 in backoff after failed scale-up, 2 node(s) didn't match ...``.
 
-    The open-source processor (eventing_scale_up_processor.go ReasonsMessage) writes "<count> <reason>" per reason,
-    joined with ", ", in no set order; or "max total nodes in cluster reached". The count is of node groups:
-    those that rejected the pod (scheduler predicates) and those skipped (in back-off, at max size, not ready, ...).
+    Both processors build the reasons with eventing_scale_up_processor.go ReasonsMessage: "<count> <reason>" per
+    reason, joined with ", ", in no set order (a Go map); or "max total nodes in cluster reached". The count is of
+    node groups: those that rejected the pod (scheduler predicates) and those skipped (in back-off, at max size,
+    not ready, ...). The subject is "pod" from the open-source processor, "Pod" from GKE's.
 
     A back-off count is never evidence about one pool on its own:
 
@@ -538,10 +544,11 @@ def read_not_triggered(message: str) -> NotTriggered:
       field_scaleup_simulation_for_skipped_node_groups.go: a direct-launch flag, default true per its comment, and
       a minimum-version experiment rolled out region by region, failsafe false): whether a cluster has it is not
       visible. Even with it, the count says nothing of why the group is backed off.
-    * GKE backs off more than the failed pool: after IP_SPACE_EXHAUSTED every pool on the same subnet (or with the
-      same pod IPv4 range, when the error names it) (pkg/backoff/cidr_ip_backoff.go); a stock-out of an
-      auto-provisioned pool backs off the resources it needs in that zone (resource_backoff.go); a reservation
-      error backs off every pool using that reservation (reservations_backoff.go).
+    * GKE backs off more than the failed pool: after IP_SPACE_EXHAUSTED every pool on the same subnetwork, or
+      every pool with the same pod IPv4 range when the error message names that range (pkg/backoff/
+      cidr_ip_backoff.go, keyed by subnetwork or range); after a stock-out of an auto-provisioned pool, every node
+      group that needs the same resources in that zone (resource_backoff.go); after a reservation error, every
+      pool on that reservation with the same machine family and host shape (reservations_backoff.go).
 
     So "1 in backoff after failed scale-up" means: some node group in the cluster failed recently, for some
     reason. Read it only together with a FailedScaleUp whose verdict is about this pool.
@@ -580,8 +587,8 @@ class ScaleUp(NamedTuple):
 
 def read_triggered(message: str) -> list[ScaleUp]:
     """Read ``pod triggered scale-up: [{<group> 0->4 (max: 4)} {<group> 1->2 (max: 8)}]`` (Go's %v of the
-    []ScaleUpInfo: eventing_scale_up_processor.go, nodegroup_set_processor.go ScaleUpInfo.String). GKE writes the
-    same, or "Pod triggered scale-up: ..." from its own processor. On GKE the group is the MIG's URL,
+    []ScaleUpInfo: eventing_scale_up_processor.go, nodegroup_set_processor.go ScaleUpInfo.String). GKE's own
+    processor writes "Pod triggered scale-up: ..." with the same list. On GKE the group is the MIG's URL, one per zone,
     ``https://www.googleapis.com/compute/v1/projects/<p>/zones/<z>/instanceGroups/<name>`` (GKE
     pkg/cloudprovider/gke/gke_cloud_provider_impl.go GkeMig.Id -> gce.GenerateMigUrl). An unknown message: []."""
     m = _TRIGGERED.fullmatch(_strip_aggregated(message))
