@@ -273,6 +273,15 @@ same defaults of --initial-node-group-backoff-duration, --max-node-group-backoff
 --node-group-backoff-reset-timeout (pkg/config/flags/flags.go); the doubling in pkg/utils/backoff/
 exponential_backoff.go."""
 
+# The Go format strings, verbatim, for reference (the readers below parse what they produce).
+FAILED_SCALE_UP_FORMAT = ("Node scale up in zones %v associated with this pod failed: %v. "
+                          "Pod is at risk of not being scheduled.")  # GKE zonalErrorMessageTemplate
+NOT_TRIGGERED_FORMAT = "%v didn't trigger scale-up: %s"  # GKE's processor; open source: "pod didn't trigger ..."
+TRIGGERED_FORMAT = "%v triggered scale-up: %v"  # GKE's processor; open source: "pod triggered scale-up: %v"
+SCALE_UP_INFO_FORMAT = "{%v %v->%v (max: %v)}"  # nodegroupset ScaleUpInfo.String: group id, current, new, max
+SCALE_UP_FAILED_FORMAT = "Failed adding %v nodes to group %v due to %v; source errors: %v"  # clusterstate.go
+RESIZE_REQUEST_FAILED_FORMAT = "Failed adding %v nodes to group %v via %s scale up due to %q: %s"  # error_reporter
+
 BACKOFF_REASON = "in backoff after failed scale-up"  # skippedreasons.go BackoffReason
 AGGREGATED_PREFIX = "(combined from similar events): "  # client-go events_cache.go EventAggregatorByReasonMessageFunc
 
