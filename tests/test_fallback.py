@@ -49,8 +49,8 @@ def snap(now: float, workloads: list[d.Workload], closed: dict[str, float] | Non
                       free={"cq": free if free is not None else {"on-demand": dict(SLICE), "on-demand-2": dict(SLICE)}})
 
 
-def node(pool: str, created: float = T0, ready: bool = True) -> d.Node:
-    return d.Node({POOL: pool}, created, ready)
+def node(pool: str, created: float = T0, ready: bool = True, tpu_free: Decimal = Decimal(4)) -> d.Node:
+    return d.Node({POOL: pool}, created, ready, tpu_free=tpu_free)
 
 
 # --- closing plan A ----------------------------------------------------------------------------------------------
@@ -461,28 +461,18 @@ IN_BACKOFF = ("pod didn't trigger scale-up: 1 in backoff after failed scale-up, 
               "affinity")
 
 
-@pytest.mark.parametrize(("reason", "message", "no_capacity"), [
-    ("FailedScaleUp", OUT_OF_RESOURCES, True),
-    ("FailedScaleUp", "Node scale up in zones z associated with this pod failed: GCE quota exceeded.", True),
-    ("NotTriggerScaleUp", IN_BACKOFF, True),
-    ("FailedScaleUp", "Node scale up in zones z associated with this pod failed: Internal error.", False),
-    ("NotTriggerScaleUp", "pod didn't trigger scale-up: 3 node(s) didn't match Pod's node affinity/selector", False),
-    ("TriggeredScaleUp", "pod triggered scale-up: [{on-demand-pool 0->4 (max: 4)}]", False),
-])
-def test_which_autoscaler_events_say_there_is_no_capacity(reason: str, message: str, no_capacity: bool) -> None:
-    from tpu_fallback.fallback.read import says_no_capacity
-
-    assert says_no_capacity(reason, message) is no_capacity
-
-
-def pod(name: str, job: str, *, scheduled: bool = False) -> dict[str, Any]:
-    """A RayJob's worker pod as KubeRay labels it: with its RayCluster's name (ray_cluster(job))."""
+def pod(name: str, job: str, *, scheduled: bool = False, pool: str = "on-demand-pool") -> dict[str, Any]:
+    """A RayJob's TPU worker pod as KubeRay labels it (with its RayCluster's name, ray_cluster(job)) and as Kueue
+    starts it (the flavor's node labels in its nodeSelector)."""
     cond = {"type": "PodScheduled", "status": "True"} if scheduled else {
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    spec: dict[str, Any] = {"nodeSelector": {POOL: pool},
+                            "containers": [{"resources": {"requests": {"google.com/tpu": "4"}}}]}
+    if scheduled:
+        spec["nodeName"] = "n1"
     return {"metadata": {"name": name, "namespace": "default",
                          "labels": {"ray.io/cluster": f"{job}-x7k2p", "ray.io/node-type": "worker"}},
-            "spec": {"nodeName": "n1"} if scheduled else {},
-            "status": {"phase": "Pending", "conditions": [cond]}}
+            "spec": spec, "status": {"phase": "Pending", "conditions": [cond]}}
 
 
 def ray_cluster(job: str) -> dict[str, Any]:
@@ -497,22 +487,25 @@ def event(pod_name: str, reason: str, message: str, at: str = "2026-12-01T10:00:
 
 def owned(job: str) -> dict[str, Any]:
     obj = kueue_workload()
+    obj["metadata"]["name"] = f"rayjob-{job}-abcde"
     obj["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": job,
                                            "controller": True}]
     return obj
 
 
 def test_a_workload_reads_its_pods_unschedulable_and_the_first_no_capacity_event_on_them() -> None:
-    from tpu_fallback.fallback.read import PodEvidence, parse_time
+    from tpu_fallback.fallback import evidence as ev
 
-    evidence = PodEvidence.read(
-        [pod("job-1-worker-a", "job-1"), pod("job-2-worker-a", "job-2", scheduled=True)],
-        [event("job-1-worker-a", "FailedScaleUp", OUT_OF_RESOURCES),
-         event("job-1-worker-a", "NotTriggerScaleUp", IN_BACKOFF, at="2026-12-01T10:01:00Z"),
-         event("job-2-worker-a", "FailedScaleUp", OUT_OF_RESOURCES)],  # scheduled since: no evidence
-        [ray_cluster("job-1"), ray_cluster("job-2")])
+    now = ev.parse_time("2026-12-01T10:06:00Z") or 0.0
+    evidence = ev.read(
+        now=now, pods=[pod("job-1-worker-a", "job-1"), pod("job-2-worker-a", "job-2", scheduled=True)],
+        events=[event("job-1-worker-a", "FailedScaleUp", OUT_OF_RESOURCES),
+                event("job-1-worker-a", "NotTriggerScaleUp", IN_BACKOFF, at="2026-12-01T10:01:00Z"),
+                event("job-2-worker-a", "FailedScaleUp", OUT_OF_RESOURCES)],  # scheduled since: no evidence
+        workloads=[owned("job-1"), owned("job-2")], ray_clusters=[ray_cluster("job-1"), ray_cluster("job-2")],
+        flavors={"on-demand": {POOL: "on-demand-pool"}})
     one, two = read_workload(owned("job-1"), set(), evidence), read_workload(owned("job-2"), set(), evidence)
-    assert one.pods_unschedulable and one.stockout_event == parse_time("2026-12-01T10:00:32Z")
+    assert one.pods_unschedulable and one.stockout_event == ev.parse_time("2026-12-01T10:00:32Z")
     assert not two.pods_unschedulable and two.stockout_event is None
 
 
@@ -639,7 +632,7 @@ def test_a_rejected_workload_patch_does_not_stop_the_close_and_is_counted(failur
 
 
 def parse_now(stamp: str) -> float:
-    from tpu_fallback.fallback.read import parse_time
+    from tpu_fallback.fallback.evidence import parse_time
 
     value = parse_time(stamp)
     assert value is not None
@@ -757,8 +750,14 @@ def test_the_controller_can_read_its_own_deployment_and_nothing_else_in_its_name
     assert json.loads(configmap["data"]["config.json"])["deployment"] == own
     role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "tpu-cluster-fallback-deployment-role").inputs
     assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    # ... and its Lease (by name; create takes no resourceName): tests/test_fallback_lease.py
+    lease = json.loads(configmap["data"]["config.json"])["lease"]
+    assert lease["namespace"] == deployment["metadata"]["namespace"]
     assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
-                              "resourceNames": [deployment["metadata"]["name"]], "verbs": ["get"]}]
+                              "resourceNames": [deployment["metadata"]["name"]], "verbs": ["get"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "resourceNames": [lease["name"]], "verbs": ["get", "update"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
     binding = run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
                       "tpu-cluster-fallback-deployment-binding").inputs
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
@@ -774,4 +773,4 @@ def test_without_an_unschedulable_pod_the_controller_lists_no_events_or_ray_clus
     kube = fake_cluster()
     controller_on(kube).reconcile(now=parse_now("2026-12-01T10:00:40Z"))
     events = [c[1] for c in kube.calls if c[0] == "LIST" and c[1].startswith("/api/v1/events")]
-    assert len(events) == 2 and all("reason%3D" in p for p in events), events
+    assert len(events) == 3 and all("reason%3D" in p for p in events), events  # GKE's three scale-up reasons

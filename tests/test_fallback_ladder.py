@@ -50,8 +50,8 @@ def workload(name: str, flavor: str | None, **kw: Any) -> d.Workload:
     return d.Workload(**{**defaults, **kw})
 
 
-def node(pool: str, created: float = T0, ready: bool = True) -> d.Node:
-    return d.Node({POOL: pool}, created, ready)
+def node(pool: str, created: float = T0, ready: bool = True, tpu_free: Decimal = Decimal(4)) -> d.Node:
+    return d.Node({POOL: pool}, created, ready, tpu_free=tpu_free)
 
 
 def snap(now: float, workloads: list[d.Workload], closed: dict[str, float] | None = None,
@@ -239,7 +239,7 @@ def test_a_job_waiting_for_one_reservations_scale_up_is_not_moved_to_another_wit
     waiting = workload("scaling", "spot", admitted_since=T0, pods_unschedulable=True)
     assert of(d.Deactivate, d.decide(two, snap(T0 + 10, [waiting]))) == []
     (move,) = of(d.Deactivate, d.decide(two, snap(T0 + 10, [waiting], nodes=[node("reservation-pool")])))
-    assert move.target == "reservation" and "Ready nodes" in move.why
+    assert move.target == "reservation" and "1 free Ready node" in move.why
 
 
 # --- the "rungs" config -------------------------------------------------------------------------------------------
@@ -419,7 +419,7 @@ def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counte
     kube.objects["/api/v1/pods"] = []
     node = {"metadata": {"name": "n1", "labels": {POOL: "reservation-pool"},
                          "creationTimestamp": "2026-12-01T09:00:00Z"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            "status": {"allocatable": {"google.com/tpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]}}
     kube.objects["/api/v1/nodes"] = [] if reserved else [node]
     cq = {"metadata": {"name": "cluster-queue"}, "spec": {"resourceGroups": [{"flavors": [
         {"name": f, "resources": [{"name": "cpu", "nominalQuota": "40"}, {"name": "memory", "nominalQuota": "75Gi"},

@@ -29,7 +29,7 @@ def test_a_job_waiting_on_plan_b_moves_to_a_reserved_plan_a_with_no_node() -> No
     # Without the flag plan A's empty pool is no capacity seen: nothing moves until a Ready node is there.
     assert of(d.Deactivate, d.decide(TWO_PLANS, snap(T0 + 10, [waiting_on_dws()]))) == []
     (move,) = of(d.Deactivate, d.decide(TWO_PLANS, snap(T0 + 10, [waiting_on_dws()], nodes=[node("on-demand-pool")])))
-    assert "Ready nodes" in move.why
+    assert "1 free Ready node" in move.why
 
 
 def test_the_config_carries_plan_a_reserved_only_when_plan_a_consumes_a_reservation(tmp_path: Path) -> None:

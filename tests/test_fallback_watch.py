@@ -37,12 +37,11 @@ from tpu_fallback.fallback.controller import Controller
 from tpu_fallback.fallback.kube import KubeError
 from tpu_fallback.fallback.metrics import Metrics
 from tpu_fallback.fallback.read import (
+    ACTIVE_PODS,
     CLUSTER_QUEUES,
-    PENDING_PODS,
     PROVISIONING_REQUESTS,
     RAY_CLUSTERS,
     WORKLOADS,
-    PodEvidence,
     build_snapshot,
     nodes_path,
     scale_up_events_path,
@@ -423,12 +422,14 @@ def cluster() -> dict[str, list[Obj]]:
     no_capacity = event("job-1-worker-a", "FailedScaleUp", OUT_OF_RESOURCES)
     no_capacity["metadata"] = {"name": "job-1-worker-a.18c1d2e3f4", "namespace": "default"}
     worker = pod("job-1-worker-a", "job-1")
-    worker["spec"]["containers"] = [{"name": "ray-worker", "image": "rayproject/ray:2.41.0"}]
+    worker["spec"]["containers"] = [{"name": "ray-worker", "image": "rayproject/ray:2.41.0",
+                                     "resources": {"requests": {"google.com/tpu": "4"}}}]
     return {path: [managed(o) for o in objects] for path, objects in {
         FLAVORS: flavors, WORKLOADS: [stuck, waiting, booked], nodes_path(NODE_SELECTOR): [node],
-        CLUSTER_QUEUES: [queue], PROVISIONING_REQUESTS: [request], PENDING_PODS: [worker],
+        CLUSTER_QUEUES: [queue], PROVISIONING_REQUESTS: [request], ACTIVE_PODS: [worker],
         scale_up_events_path("FailedScaleUp"): [no_capacity],
         scale_up_events_path("NotTriggerScaleUp"): [],
+        scale_up_events_path("TriggeredScaleUp"): [],
         RAY_CLUSTERS: [ray_cluster("job-1"), ray_cluster("job-2")],
     }.items()}
 
@@ -459,7 +460,8 @@ def test_the_informers_keep_no_managed_fields_pod_templates_or_node_images() -> 
     view = synced_view(FakeApi(cluster()))
     stored = json.dumps({name: i.items() for name, i in view.informers.items()})
     assert "managedFields" not in stored and "x" * 2000 not in stored and "sizeBytes" not in stored
-    assert "podSets" not in stored and "containers" not in stored
+    # Of pod templates and containers, only their resources are kept (what the evidence and the moves need).
+    assert "rayproject/ray" not in stored and '"image"' not in stored
 
 
 def test_a_pass_on_the_watching_view_lists_nothing_and_writes_with_the_resource_versions_read() -> None:
@@ -480,7 +482,7 @@ def test_a_watch_event_reaches_the_next_snapshot_and_wakes_the_loop() -> None:
     view = synced_view(api)
     view.snapshot(CONFIG, NOW)
     assert not view.changed.is_set()
-    api.scripts[PENDING_PODS] = [[("DELETED", managed(pod("job-1-worker-a", "job-1")))]]  # it left Pending
+    api.scripts[ACTIVE_PODS] = [[("DELETED", managed(pod("job-1-worker-a", "job-1")))]]  # it left Pending
     view.informers["pods"].step()
     assert view.changed.is_set()
     (stuck, *_) = view.snapshot(CONFIG, NOW).workloads
@@ -504,11 +506,11 @@ def test_quota_kueue_has_not_yet_reported_reserved_is_not_free_so_no_second_job_
                "status": {"flavorsReservation": []}}  # not yet written since the admission
     flavors = [{"metadata": {"name": n}, "spec": {"nodeLabels": {POOL: f"{n}-pool"}}} for n in ("on-demand", "dws")]
     node = {"metadata": {"name": "n", "labels": {POOL: "on-demand-pool"}, "creationTimestamp": "2026-12-01T09:00:00Z"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            "status": {"allocatable": {"google.com/tpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]}}
 
     def moves(*workloads: Obj) -> list[d.Deactivate]:
         snap = build_snapshot(CONFIG, NOW, flavors=flavors, workloads=workloads, nodes=[node],
-                              cluster_queues=[lagging], provisioning_requests=[], evidence=PodEvidence(set(), {}))
+                              cluster_queues=[lagging], provisioning_requests=[])
         return [a for a in d.decide(CONFIG, snap) if isinstance(a, d.Deactivate)]
 
     assert moves(holder, waiting) == []
@@ -576,7 +578,7 @@ def test_an_informers_failure_is_logged_once_and_its_end_too(caplog: pytest.LogC
 def test_the_watch_metrics_count_per_informer() -> None:
     api = FakeApi(cluster())
     api.scripts[WORKLOADS] = [[("MODIFIED", cluster()[WORKLOADS][0]), bookmark("200")]]
-    api.failures[("WATCH", PENDING_PODS)] = [OSError("refused")]
+    api.failures[("WATCH", ACTIVE_PODS)] = [OSError("refused")]
     metrics = Metrics()
     view = synced_view(api, metrics)
     view.informers["workloads"].step()

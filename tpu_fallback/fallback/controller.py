@@ -42,6 +42,7 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.view: ClusterView = view if view is not None else ListingView(kube, settings.node_selector)
         self._started_generation: int | None = None  # remember_deployment()
+        self._told_unattributed: set[str] = set()
         config = settings.decide
         if not config.two_plans:
             self.metrics.use_rungs((r.name for r in config.ladder if not r.queued), (r.name for r in config.ladder))
@@ -51,6 +52,7 @@ class Controller:
         now = time.time() if now is None else now
         config = self.settings.decide
         snap = self.view.snapshot(config, now)
+        self._tell_unattributed(snap)
         actions = d.decide(config, snap)
         done: list[d.Action] = []
         for action in actions:  # each on its own: one rejected patch does not hold up the rest (the taint first)
@@ -58,8 +60,12 @@ class Controller:
                 self._act(action, snap)
                 done.append(action)
             except (KubeError, OSError) as err:
-                self.metrics.add("tpu_fallback_action_errors_total")
-                log.warning("%s failed, retried next pass: %s", type(action).__name__, err)
+                if isinstance(err, KubeError) and err.status == 409:  # the object changed since it was read
+                    self.metrics.add("tpu_fallback_action_conflicts_total")
+                    log.info("%s met a newer object, decided again next pass: %s", type(action).__name__, err)
+                else:
+                    self.metrics.add("tpu_fallback_action_errors_total")
+                    log.warning("%s failed, retried next pass: %s", type(action).__name__, err)
         actions = done
         for rung in config.ladder:
             if rung.queued:
@@ -72,6 +78,17 @@ class Controller:
         self.metrics.set("tpu_fallback_last_reconcile_timestamp_seconds", now)
         self.metrics.add("tpu_fallback_reconcile_passes_total")
         return actions
+
+    def _tell_unattributed(self, snap: d.Snapshot) -> None:
+        """Unschedulable TPU pods that belong to no Workload seen: still evidence about their rung, but no job can be
+        evicted for them. Counted (a gauge) and logged once per pod."""
+        pods = {p for e in snap.evidence.values() for p in e.unattributed}
+        self.metrics.set("tpu_fallback_unattributed_tpu_pods", len(pods))
+        for pod in sorted(pods - self._told_unattributed):
+            log.warning("TPU pod %s is unschedulable and belongs to no Kueue Workload the controller can find (see "
+                        "docs/fallback-evidence.md): it counts as evidence about its rung, but nothing is evicted for "
+                        "it", pod)
+        self._told_unattributed = pods
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -220,6 +237,7 @@ class Controller:
             if action.cause:
                 ns, name = action.cause.split("/", 1)
                 self._event_on_workload(ns, name, reason, action.why)
+            if action.new:
                 self._count("tpu_fallback_plan_a_closes_total", "tpu_fallback_rung_closes_total", action.rung)
             log.info("close %s (%s): %s", label, ", ".join(action.flavors), action.why)
         elif isinstance(action, d.ReopenPlanA):
@@ -240,6 +258,20 @@ class Controller:
             self._event_on_workload(action.namespace, action.name, self._reason("MovingToPlanA", "MovingUp"),
                                     action.why)
             log.info("move to %s, step 1 (deactivate): %s", config.label(self._rung(action.rung)), action.why)
+        elif isinstance(action, d.TellDeactivation):
+            stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._patch_workload(snap, action.namespace, action.name, {
+                "metadata": {"annotations": {d.KUEUE_DEACTIVATION_TOLD: stamp}}})
+            self._event_on_workload(action.namespace, action.name, "DeactivatedByKueue", action.why, "Warning")
+            log.warning("%s", action.why)
+        elif isinstance(action, d.Revive):
+            stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._patch_workload(snap, action.namespace, action.name, {
+                "metadata": {"annotations": {d.REVIVED_ANNOTATION: f"{action.count} {stamp}",
+                                             d.KUEUE_DEACTIVATION_TOLD: None}},
+                "spec": {"active": True}})
+            self._event_on_workload(action.namespace, action.name, "Revived", action.why)
+            log.info("revive: %s", action.why)
         elif isinstance(action, d.Reactivate):
             if action.after_eviction:  # the end of an eviction: queued for plan B
                 self._patch_workload(snap, action.namespace, action.name, {
@@ -289,22 +321,23 @@ class Controller:
     def _workload_path(namespace: str, name: str) -> str:
         return f"{KUEUE}/namespaces/{namespace}/workloads/{name}"
 
-    def _event_on_workload(self, namespace: str, name: str, reason: str, message: str) -> None:
+    def _event_on_workload(self, namespace: str, name: str, reason: str, message: str, kind: str = "Normal") -> None:
         self._event(namespace, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": name,
-                                "namespace": namespace}, reason, message)
+                                "namespace": namespace}, reason, message, kind)
 
     def _event_on_flavor(self, name: str, reason: str, message: str) -> None:
         # Events of cluster-scoped objects live in "default", as kubectl describe looks for them.
         self._event("default", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "name": name},
                     reason, message)
 
-    def _event(self, namespace: str, involved: dict[str, str], reason: str, message: str) -> None:
+    def _event(self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+               ) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             self.kube.create(f"/api/v1/namespaces/{namespace}/events", {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-                "involvedObject": involved, "reason": reason, "message": message[:1024], "type": "Normal",
+                "involvedObject": involved, "reason": reason, "message": message[:1024], "type": kind,
                 "source": {"component": COMPONENT}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
                 "reportingComponent": COMPONENT, "reportingInstance": COMPONENT})
         except KubeError as err:  # an Event is a courtesy; the decision stands

@@ -45,6 +45,11 @@ MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
 MOVED_ANNOTATION = "tpu-fallback.dev/moved-to-plan-a"
 # A Workload deactivated to leave a stocked-out plan A; removed when it is queued again.
 EVICTING_ANNOTATION = "tpu-fallback.dev/evicted-from-plan-a"
+# A Workload Kueue deactivated after its DWS admission check was rejected: told once (the value: when), then
+# queued again after the cool-down, at most MAX_REVIVALS times (the value: "<count> <time>").
+KUEUE_DEACTIVATION_TOLD = "tpu-fallback.dev/deactivation-told"
+REVIVED_ANNOTATION = "tpu-fallback.dev/revived"
+MAX_REVIVALS = 3
 # MultiKueue's label on the copies a manager creates in a worker: the manager owns their spec.
 MULTIKUEUE_ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 
@@ -61,6 +66,11 @@ class Rung:
     # zero nodes), so a move up to it needs no Ready node.
     reserved: bool = False
 
+
+# A triggered scale-up is under way until GKE's autoscaler gives up on it: --max-node-provision-time, 15 min by
+# default (kubernetes/autoscaler cluster-autoscaler/config/autoscaling_options.go MaxNodeProvisionTime), after which
+# it writes a FailedScaleUp ("failed to appear in time").
+MAX_NODE_PROVISION = 15 * 60.0
 
 # The two rungs that planAFlavors/planBFlavors stand for.
 PLAN_A_RUNG, PLAN_B_RUNG = "onDemand", "flexStart"
@@ -128,8 +138,17 @@ class Workload:
     multikueue_copy: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
     pods_unschedulable: bool = False  # one of its pods is pending and unschedulable (PodScheduled False)
-    stockout_event: float | None = None  # when GKE's autoscaler first said it has no capacity for such a pod
+    # When GKE's autoscaler first said it has no capacity for one of its TPU pods (evidence.py: a no-capacity
+    # FailedScaleUp, or a back-off it corroborates).
+    stockout_event: float | None = None
+    scale_up_since: float | None = None  # a scale-up triggered for one of its TPU pods, not failed since
     resource_version: str = ""  # the Workload's, as read: a patch carries it as a precondition
+    tpu_pods: int = 0  # the pods of its TPU PodSet
+    tpu_per_pod: Decimal = Decimal(0)  # google.com/tpu each of them requests
+    # Kueue deactivated it because an admission check (DWS's) was rejected: Kueue's words, and since when
+    # (Evicted reason DeactivatedDueToAdmissionCheck; Kueue v0.19.2 workload_controller.go).
+    kueue_deactivated: str | None = None
+    kueue_deactivated_since: float | None = None
 
     @property
     def key(self) -> str:
@@ -140,7 +159,22 @@ class Workload:
 class Node:
     labels: dict[str, str]
     created: float
-    ready: bool
+    ready: bool  # Ready and in service (not cordoned, not being removed)
+    name: str = ""
+    tpu_free: Decimal = Decimal(0)  # allocatable google.com/tpu minus what its pods request
+    out_of_service: bool = False  # cordoned or being removed: not capacity, nor capacity on its way
+
+
+@dataclass(frozen=True)
+class FlavorEvidence:
+    """What the pending TPU pods targeting one flavor say (evidence.py), attributed to a Workload or not."""
+
+    flavor: str = ""
+    no_capacity_since: float | None = None  # the earliest fresh no-capacity FailedScaleUp on one of them
+    pod: str | None = None  # that pod ("namespace/name")
+    workload: str | None = None  # its Workload ("namespace/name"), when attributed
+    said: str | None = None  # GKE's words
+    unattributed: tuple[str, ...] = ()  # unschedulable TPU pods here that belong to no Workload seen
 
 
 @dataclass(frozen=True)
@@ -151,6 +185,7 @@ class Snapshot:
     nodes: tuple[Node, ...]
     # ClusterQueue -> flavor -> resource -> nominal quota minus what is reserved.
     free: dict[str, dict[str, dict[str, Decimal]]]
+    evidence: dict[str, FlavorEvidence] = field(default_factory=dict)  # flavor -> what its TPU pods say
 
 
 # --- actions ----------------------------------------------------------------------------------------------------
@@ -161,9 +196,10 @@ class Snapshot:
 class ClosePlanA:
     flavors: tuple[str, ...]
     since: float
-    cause: str | None  # the Workload ("ns/name") whose pods did not start; None when completing a partial close
+    cause: str | None  # the Workload ("ns/name") whose pods are the evidence, when known
     why: str
     rung: str = PLAN_A_RUNG
+    new: bool = True  # False: completing a close cut short (a restart, a flavor added since)
 
 
 @dataclass(frozen=True)
@@ -207,7 +243,26 @@ class Evict:
     rung: str = PLAN_A_RUNG  # the rung it leaves
 
 
-Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate
+@dataclass(frozen=True)
+class TellDeactivation:
+    """Kueue deactivated a Workload after its DWS admission check was rejected: say so once, in plain words."""
+
+    namespace: str
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Revive:
+    """Queue again a Workload Kueue deactivated after its DWS check was rejected, once the cool-down has passed."""
+
+    namespace: str
+    name: str
+    why: str
+    count: int  # this revival's number
+
+
+Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate | TellDeactivation | Revive
 
 
 def decide(config: Config, snap: Snapshot) -> list[Action]:
@@ -228,7 +283,39 @@ def decide(config: Config, snap: Snapshot) -> list[Action]:
     if config.reverse_move:
         leaving = {(a.namespace, a.name) for a in evictions if isinstance(a, Evict)}
         moves = _moves_up(config, snap, closed, leaving)
-    return taints + evictions + moves + _finish_moves(config, snap)
+    return taints + evictions + moves + _finish_moves(config, snap) + _deactivated_by_kueue(config, snap)
+
+
+def revivals(w: Workload) -> int:
+    """How often the controller queued the Workload again after Kueue deactivated it."""
+    value = w.annotations.get(REVIVED_ANNOTATION, "")
+    return int(value.split()[0]) if value[:1].isdigit() else 0
+
+
+def _deactivated_by_kueue(config: Config, snap: Snapshot) -> list[Action]:
+    """A Workload Kueue deactivated after its DWS admission check was rejected (GKE revoked its capacity, or retries
+    ran out under a limited retryStrategy) would stay suspended for good. Tell it once; after the cool-down queue it
+    again (Kueue resets the check and starts from the first flavor), at most MAX_REVIVALS times, then leave it to
+    its owner with what to do."""
+    out: list[Action] = []
+    for w in snap.workloads:
+        if w.active or w.finished or w.kueue_deactivated is None or w.multikueue_copy:
+            continue
+        done = revivals(w)
+        since = w.kueue_deactivated_since or snap.now
+        if KUEUE_DEACTIVATION_TOLD not in w.annotations:
+            then = (f"the fallback queues it again in {config.cool_down:.0f}s (revival {done + 1} of {MAX_REVIVALS})"
+                    if done < MAX_REVIVALS else
+                    f"the fallback revived it {done} times already and leaves it: fix the cause, then reactivate it "
+                    f"with kubectl patch workload -n {w.namespace} {w.name} --type=merge "
+                    "-p '{\"spec\":{\"active\":true}}'")
+            out.append(TellDeactivation(w.namespace, w.name,
+                                        f"{w.key}: Kueue deactivated it: {w.kueue_deactivated}; {then}"))
+        elif done < MAX_REVIVALS and snap.now - since >= config.cool_down:
+            out.append(Revive(w.namespace, w.name,
+                              f"{w.key}: deactivated by Kueue {snap.now - since:.0f}s ago ({w.kueue_deactivated}); "
+                              f"queued again after the cool-down (revival {done + 1} of {MAX_REVIVALS})", done + 1))
+    return out
 
 
 def _decide_rung(config: Config, snap: Snapshot, rung: Rung) -> tuple[list[Action], bool]:
@@ -246,26 +333,45 @@ def _decide_rung(config: Config, snap: Snapshot, rung: Rung) -> tuple[list[Actio
             return actions, True
         if len(closed) < len(flavors):  # a close cut short (a restart), or a flavor added since
             actions.append(ClosePlanA(tuple(f.name for f in flavors if f.closed_since is None), since, None,
-                                      f"completing the close of {label}", rung.name))
+                                      f"completing the close of {label}", rung.name, new=False))
         return actions + _evictions(config, snap, rung), True
+    seen = _rung_evidence(snap, rung)
     stuck = next(iter(_all_stuck_on(config, snap, rung)), None)
-    if stuck is None or not flavors:
+    if (stuck is None and seen is None) or not flavors:
         return actions, False
+    below = "plan B" if config.two_plans else "the rungs below it"
+    then = f"{label} has no capacity; new and requeued jobs go to {below} for up to {config.cool_down:.0f}s"
+    if seen is not None and seen.no_capacity_since is not None:
+        of = f" (of {seen.workload})" if seen.workload else " (of no Workload seen: not evicted)"
+        why = (f"GKE's autoscaler reported no capacity for TPU pod {seen.pod}{of} on {seen.flavor} "
+               f"{max(0.0, snap.now - seen.no_capacity_since):.0f}s ago ({_short(seen.said)}): {then}")
+        actions.append(ClosePlanA(tuple(f.name for f in flavors), snap.now, seen.workload, why, rung.name))
+        return actions + _evictions(config, snap, rung), True
+    assert stuck is not None
     waited = snap.now - (stuck.admitted_since or snap.now)
     if stuck.pods_started and stuck.stockout_event is not None:
         evidence = (f"its pods ran, lost their nodes, and GKE's autoscaler reported no capacity for their "
                     f"replacements {max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
     elif stuck.stockout_event is not None:
-        evidence = (f"GKE's autoscaler reported no capacity for its unschedulable pods "
+        evidence = (f"GKE's autoscaler reported no capacity for its unschedulable TPU pods "
                     f"{max(0.0, snap.now - stuck.stockout_event):.0f}s ago")
     else:
-        evidence = (f"its pods are still unschedulable after stockoutAfter ({config.stockout_after:.0f}s) "
-                    "without a scale-up")
-    below = "plan B" if config.two_plans else "the rungs below it"
-    why = (f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and {evidence}: {label} has no "
-           f"capacity; new and requeued jobs go to {below} for up to {config.cool_down:.0f}s")
+        evidence = (f"its TPU pods are still unschedulable after stockoutAfter ({config.stockout_after:.0f}s) "
+                    "with no scale-up under way")
+    why = f"{stuck.key} was admitted to {stuck.tpu_flavor} {waited:.0f}s ago and {evidence}: {then}"
     actions.append(ClosePlanA(tuple(f.name for f in flavors), snap.now, stuck.key, why, rung.name))
     return actions + _evictions(config, snap, rung), True
+
+
+def _rung_evidence(snap: Snapshot, rung: Rung) -> FlavorEvidence | None:
+    """The earliest no-capacity word of GKE on a pending TPU pod targeting one of the rung's flavors."""
+    found = [e for f in rung.flavors if (e := snap.evidence.get(f)) is not None and e.no_capacity_since is not None]
+    return min(found, key=lambda e: e.no_capacity_since or 0.0) if found else None
+
+
+def _short(said: str | None, limit: int = 160) -> str:
+    said = (said or "no message").strip()
+    return said if len(said) <= limit else said[:limit - 1] + "…"
 
 
 def _finish_moves(config: Config, snap: Snapshot) -> list[Action]:
@@ -311,13 +417,26 @@ def _waiting_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
 
 
 def _all_stuck_on(config: Config, snap: Snapshot, rung: Rung) -> list[Workload]:
-    """The evidence of a stock-out on a rung: admitted jobs there with unschedulable pods and GKE's no-capacity
-    Event on them, or still unschedulable after `stockout_after` (pods that never started only). Scheduled pods
-    (pulling, crash looping) never count."""
+    """The evidence of a stock-out on a rung: admitted jobs there with unschedulable TPU pods and GKE's no-capacity
+    word on them, or still unschedulable after `stockout_after` (pods that never started only) with no scale-up
+    under way for them. Scheduled pods (pulling, crash looping) never count."""
     return sorted((w for w in _waiting_on(config, snap, rung) if w.admitted_since is not None
                    and (w.stockout_event is not None
-                        or (not w.pods_started and snap.now - w.admitted_since >= config.stockout_after))),
+                        or (not w.pods_started and snap.now - w.admitted_since >= config.stockout_after
+                            and not scaling_up(snap, w)))),
                   key=lambda w: (w.admitted_since or 0, w.key))
+
+
+def scaling_up(snap: Snapshot, w: Workload) -> bool:
+    """A scale-up is under way for the Workload's TPU pods: GKE's autoscaler triggered one that has neither failed
+    nor run past its --max-node-provision-time, or nodes of its flavor's pool are being created (registered, not
+    Ready yet) since it was admitted. A large multi-host slice can take longer than stockoutAfter to come up; the
+    backstop must not give its VMs away mid-way."""
+    if w.scale_up_since is not None and snap.now - w.scale_up_since < MAX_NODE_PROVISION:
+        return True
+    flavor = snap.flavors.get(w.tpu_flavor or "")
+    return flavor is not None and any(not n.ready and not n.out_of_service and n.created >= (w.admitted_since or 0.0)
+                                      for n in _pool_nodes(flavor, snap.nodes))
 
 
 def _evictions(config: Config, snap: Snapshot, rung: Rung) -> list[Action]:
@@ -382,7 +501,8 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
     only to a rung above the one it was moved to (on two plans: at most once)."""
     free = {cq: {f: dict(r) for f, r in flavors.items()} for cq, flavors in snap.free.items()}
     ladder = config.ladder
-    with_nodes = {f.name for f in snap.flavors.values() if any(n.ready for n in _pool_nodes(f, snap.nodes))}
+    # Per flavor: the TPUs free on each Ready node of its pool (allocatable minus what its pods request).
+    hosts = {f.name: [n.tpu_free for n in _pool_nodes(f, snap.nodes) if n.ready] for f in snap.flavors.values()}
     moving_to = _moving_to(snap)
     targets: list[list[Flavor]] = [  # per rung index: the open flavors a job may move to, no move under way there
         [] if r.queued or r.name in closed else [snap.flavors[n] for n in r.flavors
@@ -390,9 +510,13 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
                                                  and n not in moving_to]
         for r in ladder]
 
-    def capacity_seen(k: int, i: int, flavor: str) -> bool:
-        """A Ready node in the target's pool, or a reserved target for a job not already on a reserved rung."""
-        return flavor in with_nodes or (ladder[i].reserved and not ladder[k].reserved)
+    def capacity_seen(k: int, i: int, flavor: str, w: Workload) -> bool:
+        """Free hosts for every TPU pod of the job in the target's pool, or a reserved target (capacity held for it)
+        for a job not already on a reserved rung."""
+        if ladder[i].reserved and not ladder[k].reserved:
+            return True
+        return _free_hosts(hosts.get(flavor, []), w) >= max(1, w.tpu_pods)
+
     waiting: list[tuple[int, Workload]] = []
     for k, rung in enumerate(ladder):
         waiting += [(k, w) for w in _waiting_to_move(config, snap, rung, leaving)]
@@ -404,20 +528,21 @@ def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tup
             above = min(k, ladder.index(moved_to) if moved_to is not None else 0)
         room = free.get(w.cluster_queue or "", {})
         target = next(((i, f.name) for i in range(above) for f in targets[i]
-                       if capacity_seen(k, i, f.name) and _fits(w.usage, room.get(f.name, {}))), None)
+                       if capacity_seen(k, i, f.name, w) and _fits(w.usage, room.get(f.name, {}))), None)
         if target is None:
             continue
         i, flavor = target
         for resource, amount in w.usage.items():
             room[flavor][resource] -= amount
+        free_hosts = _free_hosts(hosts.get(flavor, []), w)
+        _take_hosts(hosts.get(flavor, []), w)
         if config.two_plans:
-            capacity = "Ready nodes" if flavor in with_nodes else "its reservation's capacity held for it (no node yet)"
+            capacity = _capacity_words(ladder[i].reserved and not ladder[k].reserved, free_hosts)
             why = (f"{w.key} waits on {w.tpu_flavor} for DWS capacity while {flavor} has the quota free and "
                    f"{capacity}: moving it to plan A")
         else:
             wait = "DWS capacity" if ladder[k].queued else "a scale-up"
-            capacity = ("Ready nodes" if flavor in with_nodes
-                        else "its reservation's capacity held for it (no node yet: its pool scales up from zero)")
+            capacity = _capacity_words(ladder[i].reserved and not ladder[k].reserved, free_hosts)
             why = (f"{w.key} waits on {w.tpu_flavor} ({ladder[k].name}) for {wait} while {flavor} has the quota "
                    f"free and {capacity}: moving it up to {config.label(ladder[i])}")
         actions.append(Deactivate(w.namespace, w.name, flavor, why, ladder[i].name))
@@ -440,6 +565,29 @@ def _moving_to(snap: Snapshot) -> set[str]:
         if target:
             out.add(target)
     return out
+
+
+def _capacity_words(held: bool, free_hosts: int) -> str:
+    if not held:
+        return f"{free_hosts} free Ready node{'s' if free_hosts != 1 else ''}"
+    if free_hosts > 0:
+        return f"its reservation's capacity held for it ({free_hosts} free Ready node{'s' if free_hosts != 1 else ''})"
+    return "its reservation's capacity held for it (no node yet: its pool scales up from zero)"
+
+
+def _free_hosts(free: list[Decimal], w: Workload) -> int:
+    """How many of a pool's Ready nodes could each take one TPU pod of the job (all of its TPUs free, for a job
+    whose per-pod request is not known)."""
+    return sum(1 for tpus in free if tpus > 0 and tpus >= w.tpu_per_pod)
+
+
+def _take_hosts(free: list[Decimal], w: Workload) -> None:
+    """Count the hosts a move takes as busy, so that a second move in the same pass does not count them again."""
+    need = max(1, w.tpu_pods)
+    for i, tpus in enumerate(free):
+        if need and tpus > 0 and tpus >= w.tpu_per_pod:
+            free[i] = tpus - (w.tpu_per_pod or tpus)
+            need -= 1
 
 
 def _fits(usage: dict[str, Decimal], room: dict[str, Decimal]) -> bool:

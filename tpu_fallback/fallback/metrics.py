@@ -31,6 +31,9 @@ class Metrics:
             "tpu_fallback_plan_a_reopens_total": 0, "tpu_fallback_moves_to_plan_a_total": 0,
             "tpu_fallback_reconcile_passes_total": 0,
             "tpu_fallback_reconcile_errors_total": 0, "tpu_fallback_action_errors_total": 0,
+            # Writes answered 409 (another writer changed the object since it was read): retried on the next pass
+            # from what the cluster holds then, so counted apart from the errors that need a look.
+            "tpu_fallback_action_conflicts_total": 0,
             "tpu_fallback_evictions_total": 0, "tpu_fallback_last_reconcile_timestamp_seconds": 0,
             "tpu_fallback_loop_heartbeat_timestamp_seconds": 0,
         }

@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from tpu_fallback.fallback import decide as d
+from tpu_fallback.fallback import evidence as ev
+from tpu_fallback.fallback.evidence import condition as _condition
+from tpu_fallback.fallback.evidence import parse_time
 from tpu_fallback.fallback.kube import Kube, KubeError
 from tpu_fallback.model.quantity import parse_quantity
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 PROVISIONING_REQUESTS = "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
-TPU_RESOURCE = "google.com/tpu"
+TPU_RESOURCE = ev.TPU_RESOURCE
+RAY_CLUSTERS = "/apis/ray.io/v1/rayclusters"
 
 
 # --- reading the cluster ------------------------------------------------------------------------------------------
-
-
-def parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
 
 
 def _true(obj: Mapping[str, Any], kind: str) -> bool:
@@ -48,94 +40,26 @@ def read_flavor(obj: Mapping[str, Any], taint_key: str) -> d.Flavor:
     return d.Flavor(obj["metadata"]["name"], dict(spec.get("nodeLabels") or {}), since)
 
 
-# --- GKE's evidence of a stock-out --------------------------------------------------------------------------------
-# GKE's cluster autoscaler writes Events on the pending pods it tried to place (GKE, "Troubleshoot cluster
-# autoscaler not scaling up", https://cloud.google.com/kubernetes-engine/docs/troubleshooting/cluster-autoscaler-scale-up;
-# kubernetes-sigs/cluster-autoscaler, core/scaleup/orchestrator and processors/status/eventing_scale_up_processor.go):
-#   FailedScaleUp     "Node scale up in zones <zone> associated with this pod failed: GCE out of resources. Pod is at
-#                      risk of not being scheduled."  (also "GCE quota exceeded", and ZONE_RESOURCE_POOL_EXHAUSTED /
-#                      stockout errors, as Cloud Logging's scale.up.error.out.of.resources / .quota.exceeded)
-#   NotTriggerScaleUp "pod didn't trigger scale-up: 1 in backoff after failed scale-up, ..." (the node group is in
-#                      back-off after such a failure: still no capacity)
-# A FailedScaleUp for another reason (a bad instance template, an IP range exhausted) is not a stock-out and is left
-# to the stockoutAfter backstop.
-SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED = "FailedScaleUp", "NotTriggerScaleUp"
-_NO_CAPACITY = ("out of resources", "quota exceeded", "quota_exceeded", "resource_pool_exhausted", "stockout",
-                "stock-out")
-_BACKOFF = "in backoff after failed scale-up"
-# What names a pod's job: a Job's pods carry the Job's name (batch.kubernetes.io/job-name); a RayJob's pods carry
-# their RayCluster's (ray.io/cluster, KubeRay ray-operator/controllers/ray/common/pod.go labelPod), and the RayCluster
-# is owned by the RayJob (rayjob_controller.go constructRayClusterForRayJob).
-JOB_NAME_LABEL, RAY_CLUSTER_LABEL = "batch.kubernetes.io/job-name", "ray.io/cluster"
-RAY_CLUSTERS = "/apis/ray.io/v1/rayclusters"
-
-
-def says_no_capacity(reason: str, message: str) -> bool:
-    """An autoscaler Event saying GKE has no VMs for the pod now (a stock-out, quota, or the back-off after one)."""
-    text = message.lower()
-    if reason == SCALE_UP_FAILED:
-        return any(marker in text for marker in _NO_CAPACITY)
-    return reason == SCALE_UP_NOT_TRIGGERED and _BACKOFF in text
-
-
-def unschedulable(pod: Mapping[str, Any]) -> bool:
-    """Pending and refused by the scheduler (PodScheduled False/Unschedulable); a scheduled pod never counts."""
-    if (pod.get("status") or {}).get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
-        return False
-    cond = _condition(pod, "PodScheduled")
-    return cond is not None and cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
-
-
-@dataclass(frozen=True)
-class PodEvidence:
-    """Per (namespace, job name): has an unschedulable pod; when GKE first said it has no capacity for one."""
-
-    unschedulable: set[tuple[str, str]]
-    no_capacity_since: dict[tuple[str, str], float]
-
-    @classmethod
-    def read(cls, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
-             ray_clusters: Iterable[Mapping[str, Any]] = ()) -> PodEvidence:
-        ray_job_of = {(c["metadata"]["namespace"], c["metadata"]["name"]): owner
-                      for c in ray_clusters if (owner := _owner_name(c, "RayJob"))}
-        job_of: dict[tuple[str, str], tuple[str, str]] = {}  # (namespace, pod name) of an unschedulable pod -> job
-        for pod in pods:
-            meta = pod["metadata"]
-            labels = meta.get("labels") or {}
-            job = labels.get(JOB_NAME_LABEL) or ray_job_of.get((meta["namespace"], labels.get(RAY_CLUSTER_LABEL, "")))
-            if job and unschedulable(pod):
-                job_of[(meta["namespace"], meta["name"])] = (meta["namespace"], job)
-        since: dict[tuple[str, str], float] = {}
-        for event in events:
-            involved = event.get("involvedObject") or {}
-            job = job_of.get((involved.get("namespace", ""), involved.get("name", "")))
-            if job is None or involved.get("kind") != "Pod" or not says_no_capacity(
-                    str(event.get("reason", "")), str(event.get("message", ""))):
-                continue
-            when = parse_time(event.get("firstTimestamp") or event.get("eventTime")
-                              or (event.get("metadata") or {}).get("creationTimestamp")) or 0.0
-            since[job] = min(since.get(job, when), when)
-        return cls(set(job_of.values()), since)
-
-
-def _owner_name(obj: Mapping[str, Any], kind: str | None = None) -> str | None:
-    """The name of an object's controlling owner (of `kind`, if given)."""
-    owners = [o for o in obj["metadata"].get("ownerReferences") or [] if kind is None or o.get("kind") == kind]
-    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
-    return None if owner is None else str(owner.get("name"))
+def _pod_set_shape(spec: Mapping[str, Any], pod_set: str | None) -> tuple[int, Decimal]:
+    """(pod count, TPUs per pod) of the Workload's PodSet named `pod_set` (its TPU PodSet)."""
+    for one in spec.get("podSets") or []:
+        if one.get("name") == pod_set:
+            return int(one.get("count") or 0), ev.tpu_request(one.get("template") or {})
+    return 0, Decimal(0)
 
 
 def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]],
-                  evidence: PodEvidence | None = None) -> d.Workload:
+                  evidence: ev.Evidence | None = None) -> d.Workload:
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
     admission = status.get("admission") or {}
     tpu_flavor: str | None = None
+    tpu_pod_set: str | None = None
     usage: dict[str, Decimal] = {}
     for assignment in admission.get("podSetAssignments") or []:
         flavor = (assignment.get("flavors") or {}).get(TPU_RESOURCE)
         if flavor is None:
             continue
-        tpu_flavor = flavor
+        tpu_flavor, tpu_pod_set = flavor, assignment.get("name")
         for resource, amount in (assignment.get("resourceUsage") or {}).items():
             if (assignment.get("flavors") or {}).get(resource) == flavor:
                 usage[resource] = usage.get(resource, Decimal(0)) + parse_quantity(amount)
@@ -146,8 +70,15 @@ def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]],
         "WaitForStart", "PodsReady"))
     checks = status.get("admissionChecks") or []
     key = (meta["namespace"], meta["name"])
-    job = (meta["namespace"], _owner_name(obj) or "")  # the job it stands for: a RayJob, a Job
-    evidence = evidence or PodEvidence(set(), {})
+    said = (evidence or ev.Evidence()).of(*key)
+    evicted = _condition(obj, "Evicted")
+    # Kueue v0.19.2 deactivates a Workload whose admission check was Rejected (pkg/controller/core/
+    # workload_controller.go reconcileCheckBasedEviction): DeactivationTarget True (reason AdmissionCheck) first,
+    # then Evicted True with reason DeactivatedDueToAdmissionCheck and spec.active false.
+    target = _condition(obj, "DeactivationTarget")
+    by_kueue = next((c for c in (evicted, target) if c is not None and c.get("status") == "True"
+                     and c.get("reason") in ("DeactivatedDueToAdmissionCheck", "AdmissionCheck")), None)
+    tpu_pods, tpu_per_pod = _pod_set_shape(spec, tpu_pod_set)
     return d.Workload(
         namespace=meta["namespace"], name=meta["name"], created=parse_time(meta.get("creationTimestamp")) or 0.0,
         cluster_queue=admission.get("clusterQueue"), tpu_flavor=tpu_flavor, usage=usage,
@@ -160,9 +91,13 @@ def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]],
         finished=_true(obj, "Finished"),
         multikueue_copy=d.MULTIKUEUE_ORIGIN_LABEL in (meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
-        pods_unschedulable=job in evidence.unschedulable,
-        stockout_event=evidence.no_capacity_since.get(job),
+        pods_unschedulable=said.unschedulable,
+        stockout_event=said.no_capacity_since,
+        scale_up_since=said.scale_up_since,
         resource_version=str(meta.get("resourceVersion") or ""),
+        tpu_pods=tpu_pods, tpu_per_pod=tpu_per_pod,
+        kueue_deactivated=str(by_kueue.get("message") or by_kueue.get("reason")) if by_kueue is not None else None,
+        kueue_deactivated_since=parse_time(by_kueue.get("lastTransitionTime")) if by_kueue is not None else None,
     )
 
 
@@ -211,10 +146,21 @@ def held_quota(workloads: Iterable[d.Workload]) -> dict[str, dict[str, dict[str,
     return held
 
 
-def read_node(obj: Mapping[str, Any]) -> d.Node:
-    meta = obj["metadata"]
-    ready = _true(obj, "Ready") and not (obj.get("spec") or {}).get("unschedulable", False)
-    return d.Node(dict(meta.get("labels") or {}), parse_time(meta.get("creationTimestamp")) or 0.0, ready)
+# Taints that take a node out of service, whatever it holds: the autoscaler removing it (cluster-autoscaler's
+# ToBeDeletedByClusterAutoscaler), the node lifecycle controller's, and a cordon's.
+_OUT_OF_SERVICE = ("ToBeDeletedByClusterAutoscaler", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+                   "node.kubernetes.io/unschedulable")
+
+
+def read_node(obj: Mapping[str, Any], tpu_in_use: Mapping[str, Decimal] | None = None) -> d.Node:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    out = spec.get("unschedulable", False) or any(t.get("key") in _OUT_OF_SERVICE for t in spec.get("taints") or [])
+    allocatable = ((obj.get("status") or {}).get("allocatable") or {}).get(TPU_RESOURCE)
+    return d.Node(dict(meta.get("labels") or {}), parse_time(meta.get("creationTimestamp")) or 0.0,
+                  _true(obj, "Ready") and not out, name=str(meta.get("name") or ""),
+                  tpu_free=(parse_quantity(allocatable) if allocatable is not None else Decimal(0))
+                  - (tpu_in_use or {}).get(str(meta.get("name") or ""), Decimal(0)),
+                  out_of_service=bool(out))
 
 
 def get_if_found(kube: Kube, path: str) -> Any | None:
@@ -239,7 +185,9 @@ def list_if_served(kube: Kube, path: str) -> list[Any]:
 
 # What the controller reads: the same collections whether listed every pass or watched.
 FLAVORS, WORKLOADS, CLUSTER_QUEUES = f"{KUEUE}/resourceflavors", f"{KUEUE}/workloads", f"{KUEUE}/clusterqueues"
-PENDING_PODS = "/api/v1/pods?fieldSelector=status.phase%3DPending"
+# Pods that are not finished: the pending ones are evidence, the running ones use TPUs of their nodes (moves count
+# only free hosts). Terminal pods are left out by the server.
+ACTIVE_PODS = "/api/v1/pods?fieldSelector=status.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed"
 
 
 def nodes_path(selector: str | None) -> str:
@@ -254,37 +202,39 @@ def scale_up_events_path(reason: str) -> str:
 def build_snapshot(config: d.Config, now: float, *, flavors: Iterable[Mapping[str, Any]],
                    workloads: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]],
                    cluster_queues: Iterable[Mapping[str, Any]], provisioning_requests: Iterable[Mapping[str, Any]],
-                   evidence: PodEvidence) -> d.Snapshot:
+                   pods: Iterable[Mapping[str, Any]] = (), events: Iterable[Mapping[str, Any]] = (),
+                   ray_clusters: Iterable[Mapping[str, Any]] = (), memory: ev.Memory | None = None) -> d.Snapshot:
+    flavors = list(flavors)
+    workloads = list(workloads)
+    read_flavors = {f.name: f for f in (read_flavor(o, config.taint_key) for o in flavors)}
+    evidence = ev.read(now=now, pods=pods, events=events, workloads=workloads, ray_clusters=ray_clusters,
+                       flavors={n: f.node_labels for n, f in read_flavors.items()},
+                       reserved=[f for r in config.ladder if r.reserved for f in r.flavors], memory=memory)
     provisioned = provisioned_owners(provisioning_requests)
     read = tuple(read_workload(o, provisioned, evidence) for o in workloads)
     held = held_quota(read)
     return d.Snapshot(
         now=now,
-        flavors={f.name: f for f in (read_flavor(o, config.taint_key) for o in flavors)},
+        flavors=read_flavors,
         workloads=read,
-        nodes=tuple(read_node(o) for o in nodes),
+        nodes=tuple(read_node(o, evidence.tpu_in_use) for o in nodes),
         free={o["metadata"]["name"]: free_quota(o, held.get(o["metadata"]["name"])) for o in cluster_queues},
+        evidence=evidence.flavors,
     )
 
 
-def snapshot(kube: Kube, config: d.Config, now: float, node_selector: str | None = None) -> d.Snapshot:
-    """The cluster read with LISTs (ListingView)."""
+def snapshot(kube: Kube, config: d.Config, now: float, node_selector: str | None = None,
+             memory: ev.Memory | None = None) -> d.Snapshot:
+    """The cluster read with LISTs (ListingView). GKE's Events and the RayClusters are read only when a TPU pod is
+    unschedulable: in steady state no Event of the cluster is listed."""
     # No ProvisioningRequest API: no DWS, nothing provisioned.
     provisioning_requests = list_if_served(kube, PROVISIONING_REQUESTS)
-    evidence = _pod_evidence(kube)
+    pods = kube.list(ACTIVE_PODS)
+    waiting = any(ev.unschedulable(p) and ev.tpu_request(p) > 0 for p in pods)
+    events = [e for reason in ev.AUTOSCALER_REASONS for e in kube.list(scale_up_events_path(reason))] if waiting \
+        else []
     return build_snapshot(
         config, now, flavors=kube.list(FLAVORS), workloads=kube.list(WORKLOADS),
         nodes=kube.list(nodes_path(node_selector)), cluster_queues=kube.list(CLUSTER_QUEUES),
-        provisioning_requests=provisioning_requests, evidence=evidence)
-
-
-def _pod_evidence(kube: Kube) -> PodEvidence:
-    """Pending pods, and only when one is unschedulable the autoscaler's two Event reasons on pods and the
-    RayClusters: in steady state one small LIST, not every Event of the cluster."""
-    pending = kube.list(PENDING_PODS)
-    if not any(unschedulable(p) for p in pending):
-        return PodEvidence(set(), {})
-    events = [e for reason in (SCALE_UP_FAILED, SCALE_UP_NOT_TRIGGERED)
-              for e in kube.list(scale_up_events_path(reason))]
-    return PodEvidence.read(pending, events, list_if_served(kube, RAY_CLUSTERS))  # no KubeRay: Jobs only
-
+        provisioning_requests=provisioning_requests, pods=pods, events=events,
+        ray_clusters=list_if_served(kube, RAY_CLUSTERS) if waiting else [], memory=memory)

@@ -10,18 +10,16 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tpu_fallback.fallback import decide as d
+from tpu_fallback.fallback import evidence as ev
 from tpu_fallback.fallback.kube import Kube
 from tpu_fallback.fallback.metrics import Metrics
 from tpu_fallback.fallback.read import (
+    ACTIVE_PODS,
     CLUSTER_QUEUES,
     FLAVORS,
-    PENDING_PODS,
     PROVISIONING_REQUESTS,
     RAY_CLUSTERS,
-    SCALE_UP_FAILED,
-    SCALE_UP_NOT_TRIGGERED,
     WORKLOADS,
-    PodEvidence,
     build_snapshot,
     nodes_path,
     scale_up_events_path,
@@ -32,7 +30,7 @@ from tpu_fallback.fallback.watch import Informer, Transport
 log = logging.getLogger("tpu-fallback")
 
 # --- what an informer keeps of each object --------------------------------------------------------------------------
-# The fields the read_* functions above (and PodEvidence) use, and every metadata field but managedFields: an
+# The fields read.py and evidence.py use, and every metadata field but managedFields: an
 # informer holds every object of its kind for as long as the controller runs, and a Workload's pod templates or a
 # node's image list would be most of that memory. A reader that starts using another field adds it here
 # (tests/test_fallback_watch.py reads slimmed and whole objects alike).
@@ -52,14 +50,37 @@ def _keeping(*, top: tuple[str, ...] = (), spec: tuple[str, ...] = (), status: t
     return slim
 
 
+def _resources_only(containers: Any) -> list[dict[str, Any]]:
+    return [{"resources": c.get("resources") or {}} for c in containers or []]
+
+
+def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod: what places it (node, selector, affinity, gates), its containers' resources, its phase and conditions."""
+    out = _keeping(spec=("nodeName", "nodeSelector", "affinity", "schedulingGates"),
+                   status=("phase", "conditions"))(obj)
+    out.setdefault("spec", {})["containers"] = _resources_only((obj.get("spec") or {}).get("containers"))
+    return out
+
+
+def _slim_workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Workload: its PodSets' names, counts and containers' resources (not their whole pod templates)."""
+    out = _keeping(spec=("active",), status=("admission", "conditions", "admissionChecks"))(obj)
+    out.setdefault("spec", {})["podSets"] = [
+        {"name": p.get("name"), "count": p.get("count"),
+         "template": {"spec": {"containers": _resources_only(((p.get("template") or {}).get("spec") or {})
+                                                              .get("containers"))}}}
+        for p in (obj.get("spec") or {}).get("podSets") or []]
+    return out
+
+
 SLIM: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "resourceflavors": _keeping(spec=("nodeLabels", "nodeTaints")),
-    "workloads": _keeping(spec=("active",), status=("admission", "conditions", "admissionChecks")),
+    "workloads": _slim_workload,
     "clusterqueues": _keeping(spec=("resourceGroups",), status=("flavorsReservation",)),
     "provisioningrequests": _keeping(status=("conditions",)),
-    "nodes": _keeping(spec=("unschedulable",), status=("conditions",)),
-    "pods": _keeping(spec=("nodeName",), status=("phase", "conditions")),
-    "events": _keeping(top=("involvedObject", "reason", "message", "firstTimestamp", "eventTime")),
+    "nodes": _keeping(spec=("unschedulable", "taints"), status=("conditions", "allocatable")),
+    "pods": _slim_pod,
+    "events": _keeping(top=("involvedObject", "reason", "message", "firstTimestamp", "lastTimestamp", "eventTime")),
     "rayclusters": _keeping(),
 }
 
@@ -83,12 +104,17 @@ class ListingView:
     def __init__(self, kube: Kube, node_selector: str | None = None) -> None:
         self.kube = kube
         self.node_selector = node_selector
+        self.memory = ev.Memory()  # what GKE said earlier (evidence.Memory)
 
     def snapshot(self, config: d.Config, now: float) -> d.Snapshot:
-        return snapshot(self.kube, config, now, self.node_selector)
+        return snapshot(self.kube, config, now, self.node_selector, self.memory)
 
     def wait(self, stop: threading.Event, timeout: float) -> None:
         stop.wait(timeout)
+
+
+# Informers whose kinds only add evidence (GKE's Events, the RayClusters that name a RayJob's pods).
+EVIDENCE_INFORMERS = frozenset({*(f"events-{reason.lower()}" for reason in ev.AUTOSCALER_REASONS), "rayclusters"})
 
 
 class NotSyncedError(Exception):
@@ -116,6 +142,7 @@ class WatchingView:
             transport = kube.fork
         self.metrics = metrics if metrics is not None else Metrics()
         self.stale_after = stale_after
+        self.memory = ev.Memory()  # what GKE said earlier (evidence.Memory)
         self.changed = threading.Event()  # set by every informer on every change
         self._last_pass = float("-inf")
         self._reported: dict[str, str | None] = {}  # informer -> the error last logged
@@ -130,9 +157,9 @@ class WatchingView:
             informer("clusterqueues", CLUSTER_QUEUES, "clusterqueues"),
             informer("provisioningrequests", PROVISIONING_REQUESTS, "provisioningrequests", optional=True),
             informer("nodes", nodes_path(node_selector), "nodes"),
-            informer("pods", PENDING_PODS, "pods"),
-            informer("events-failedscaleup", scale_up_events_path(SCALE_UP_FAILED), "events"),
-            informer("events-nottriggerscaleup", scale_up_events_path(SCALE_UP_NOT_TRIGGERED), "events"),
+            informer("pods", ACTIVE_PODS, "pods"),
+            *(informer(f"events-{reason.lower()}", scale_up_events_path(reason), "events")
+              for reason in ev.AUTOSCALER_REASONS),
             informer("rayclusters", RAY_CLUSTERS, "rayclusters", optional=True),
         )}
 
@@ -166,17 +193,25 @@ class WatchingView:
         self._last_pass = time.monotonic()
         self._report()
         behind = [i for i in self.informers.values() if not i.synced or i.failing_for() > self.stale_after]
-        if behind:
+        core = [i for i in behind if i.name not in EVIDENCE_INFORMERS]
+        if core:  # what a decision stands on (quotas, taints, Workloads, nodes, pods): no pass without it
             raise NotSyncedError("; ".join(
                 (f"{i.name} not listed yet" if not i.synced else f"{i.name} not followed for {i.failing_for():.0f}s")
-                + (f" ({i.error})" if i.error else "") for i in behind))
+                + (f" ({i.error})" if i.error else "") for i in core))
         inf = self.informers
-        events = inf["events-failedscaleup"].items() + inf["events-nottriggerscaleup"].items()
+        # GKE's Events and the RayClusters only add evidence: one that cannot be read is "no Event seen" (the
+        # stockoutAfter backstop still decides), not a reason to stop every decision.
+        unread = {i.name for i in behind}
+        self.metrics.set("tpu_fallback_evidence_unread", len(unread))
+
+        def items(name: str) -> list[Any]:
+            return [] if name in unread else inf[name].items()
         return build_snapshot(
             config, now, flavors=inf["resourceflavors"].items(), workloads=inf["workloads"].items(),
             nodes=inf["nodes"].items(), cluster_queues=inf["clusterqueues"].items(),
-            provisioning_requests=inf["provisioningrequests"].items(),
-            evidence=PodEvidence.read(inf["pods"].items(), events, inf["rayclusters"].items()))
+            provisioning_requests=inf["provisioningrequests"].items(), pods=inf["pods"].items(),
+            events=[e for reason in ev.AUTOSCALER_REASONS for e in items(f"events-{reason.lower()}")],
+            ray_clusters=items("rayclusters"), memory=self.memory)
 
     def _report(self) -> None:
         """Log each informer's failure once when it starts (or changes), and when it is over."""

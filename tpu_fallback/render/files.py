@@ -25,8 +25,9 @@ def training_script() -> str:
 # (tpu_fallback/fallback/__init__.py); tests/test_fallback.py checks they import nothing else of the package.
 CONTROLLER_SOURCES = (
     "__init__.py", "model/__init__.py", "model/quantity.py", "fallback/__init__.py", "fallback/__main__.py",
-    "fallback/config.py", "fallback/controller.py", "fallback/decide.py", "fallback/kube.py", "fallback/metrics.py",
-    "fallback/read.py", "fallback/view.py", "fallback/watch.py",
+    "fallback/config.py", "fallback/controller.py", "fallback/decide.py", "fallback/evidence.py",
+    "fallback/gke_reasons.py", "fallback/kube.py", "fallback/metrics.py", "fallback/read.py", "fallback/view.py",
+    "fallback/watch.py",
 )
 
 
