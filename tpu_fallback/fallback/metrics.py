@@ -34,6 +34,8 @@ class Metrics:
             # Writes answered 409 (another writer changed the object since it was read): retried on the next pass
             # from what the cluster holds then, so counted apart from the errors that need a look.
             "tpu_fallback_action_conflicts_total": 0,
+            # 1 while this replica holds the Lease and acts; a standby (or one that lost it) says 0.
+            "tpu_fallback_lease_held": 0,
             "tpu_fallback_evictions_total": 0, "tpu_fallback_last_reconcile_timestamp_seconds": 0,
             "tpu_fallback_loop_heartbeat_timestamp_seconds": 0,
         }

@@ -26,8 +26,8 @@ def training_script() -> str:
 CONTROLLER_SOURCES = (
     "__init__.py", "model/__init__.py", "model/quantity.py", "fallback/__init__.py", "fallback/__main__.py",
     "fallback/config.py", "fallback/controller.py", "fallback/decide.py", "fallback/evidence.py",
-    "fallback/gke_reasons.py", "fallback/kube.py", "fallback/metrics.py", "fallback/read.py", "fallback/view.py",
-    "fallback/watch.py",
+    "fallback/gke_reasons.py", "fallback/kube.py", "fallback/lease.py", "fallback/metrics.py", "fallback/read.py",
+    "fallback/sweep.py", "fallback/view.py", "fallback/watch.py",
 )
 
 
