@@ -261,7 +261,11 @@ class Controller:
         return [self.python, "-S", *command[1:], "--kubeconfig", str(self.kubeconfig)]
 
     def _env(self) -> dict[str, str]:
-        env = {e["name"]: self._in_mount(e["value"]) for e in self.container["env"]}
+        env = {e["name"]: self._in_mount(e["value"]) for e in self.container["env"] if "value" in e}
+        # The downward API's pod name (the Lease's holder): this process's name stands for it, so a restart of the
+        # same Controller is the same pod's container restarted (it takes its lease back at once).
+        env.update({e["name"]: self.mount.name for e in self.container["env"]
+                    if (e.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.name"})
         return {**env, "PATH": "/usr/bin:/bin", "HOME": str(self.mount)}
 
     @property
