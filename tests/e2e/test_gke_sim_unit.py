@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,9 @@ class _Store:
         return (self.pods if kind == "Pod" else self.nodes).get(name)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "Node":
+            self.nodes[obj["metadata"]["name"]] = obj
+            return obj
         assert obj["kind"] == "Event"
         self.events.append(obj)
         return obj
@@ -250,7 +254,13 @@ class _Store:
         parts = path.strip("/").split("/")
         if parts[2] == "nodes":
             node = self.nodes[parts[3]]
-            node.setdefault("spec", {}).update(body["spec"])
+            node.setdefault("spec", {}).update(body.get("spec") or {})
+            annotations = node["metadata"].setdefault("annotations", {})
+            for key, value in ((body.get("metadata") or {}).get("annotations") or {}).items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
             return node
         pod = self.pods[parts[5]]
         if method == "DELETE":
@@ -360,3 +370,339 @@ def test_only_spot_pools_are_preempted_and_a_reservation_has_no_stock_out_switch
     assert sim.capacity == {"od": False, "res": True, "spot-pool": False}
     sim.set_capacity("spot-pool", True)
     assert sim.capacity == {"od": False, "res": True, "spot-pool": True}
+
+
+# --- the autoscaler as GKE's: failures, back-off, its Events (upstream texts copied here, not the sim's constants) ---
+
+# GoogleCloudPlatform/cluster-autoscaler@7d250507 pkg/visibility/events/failed_scale_up_event_logger.go
+ZONAL = "Node scale up in zones {} associated with this pod failed: {}. Pod is at risk of not being scheduled."
+# kubernetes/autoscaler@55c37cd5 cluster-autoscaler/cloudprovider/gce/gce_url.go GenerateMigUrl
+MIG_URL = "https://www.googleapis.com/compute/v1/projects/{}/zones/{}/instanceGroups/{}"
+ZONE = "us-east5-b"
+SIM_SECONDS = gke_sim.TimeScale(real_per_sim=1.0, min_real_wait=0.0)  # the unit tests' clock reads simulated seconds
+
+
+def _pool(name: str, *, tpu: bool = True, max_nodes: int = 4, subnetwork: str = "default",
+          reservation: str | None = None) -> gke_sim.NodePool:
+    if tpu:
+        return gke_sim.NodePool(name=name, cluster="c", zone=ZONE, machine=gke_sim.machine("ct6e-standard-4t"),
+                                config_labels={"pool": name}, max_nodes=max_nodes, topology="4x4", hosts_per_slice=4,
+                                project="p", subnetwork=subnetwork, reservation=reservation)
+    return gke_sim.NodePool(name=name, cluster="c", zone=ZONE, machine=gke_sim.machine("n2-standard-16"),
+                            config_labels={"pool": name}, max_nodes=max_nodes, project="p", subnetwork=subnetwork)
+
+
+def _pending(name: str, pool: str, *, tpu: bool = True, cpu: str = "1", created: str = "2026-01-01T00:00:00Z",
+             tolerate_tpu: bool | None = None) -> dict[str, Any]:
+    requests = {"cpu": cpu, "memory": "1Gi", **({"google.com/tpu": "4"} if tpu else {})}
+    spec: dict[str, Any] = {"nodeSelector": {"pool": pool}, "containers": [{"resources": {"requests": requests}}]}
+    if tpu if tolerate_tpu is None else tolerate_tpu:
+        spec["tolerations"] = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "creationTimestamp": created},
+            "spec": spec, "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+
+
+def _autoscaler(pools: list[gke_sim.NodePool], pods: list[dict[str, Any]]) -> tuple[gke_sim.GkeSim, _Store]:
+    store = _Store([], pods)
+    sim = gke_sim.GkeSim(pools, scale=SIM_SECONDS)
+    sim._client, sim._cache = store, store  # type: ignore[assignment]
+    return sim, store
+
+
+def _loop(sim: gke_sim.GkeSim, store: _Store, now: float) -> None:
+    """One pass of the autoscaler at `now` (simulated seconds since the start, as the sim's clock reads it)."""
+    sim._t0 = time.monotonic() - now
+    sim._forget_stale_backoffs(now)
+    sim._finish_upcoming(now)
+    nodes = [n for n in store.nodes.values() if not gke_sim.is_registering(n)]
+    sim._scale_up(now, nodes, list(store.pods.values()))
+
+
+def _messages(store: _Store, reason: str, pod: str | None = None) -> list[str]:
+    return [e["message"] for e in store.events
+            if e["reason"] == reason and (pod is None or e["involvedObject"]["name"] == pod)]
+
+
+# Each failure kind and the part of the FailedScaleUp message GKE writes for it (failureToMessage), {id}: the MIG URL.
+FAILURE_TEXTS = {
+    "out-of-resources": "GCE out of resources",
+    "quota-exceeded": "GCE quota exceeded",
+    "ip-space-exhausted": "IP space exhausted",
+    "service-account-deleted": "Service Account was deleted",
+    "invalid-reservation": "Invalid Reservation: {id}",
+    "invalid-tpu-configuration": "Invalid TPU configuration",
+    "internal-error": "Internal error",
+}
+RESERVATION_TEXTS = {
+    "reservation-not-ready": "Reservation not ready: {id}",
+    "reservation-capacity-exceeded": "Reservation capacity exceeded: {id}",
+    "reservation-not-found": "Reservation not found or incorrectly shared: {id}",
+}
+
+
+@pytest.mark.parametrize("kind", [*FAILURE_TEXTS, *RESERVATION_TEXTS])
+def test_each_failure_writes_gkes_text_on_the_scale_ups_pods_then_backs_the_pool_off(kind: str) -> None:
+    reserved = kind in RESERVATION_TEXTS
+    pool = _pool("tpu-a", reservation="res-1" if reserved else None)
+    sim, store = _autoscaler([pool, _pool("cpu", tpu=False, max_nodes=0)], [_pending("w1", "tpu-a")])
+    sim.set_failure("tpu-a", kind)
+    assert sim.capacity["tpu-a"] is False and sim.failures["tpu-a"] == kind
+    _loop(sim, store, 0.0)
+    node_group = MIG_URL.format("p", ZONE, pool.mig_name)
+    assert _messages(store, "TriggeredScaleUp") == [f"Pod triggered scale-up: [{{{node_group} 0->4 (max: 4)}}]"]
+    _loop(sim, store, 179.0)
+    assert _messages(store, "FailedScaleUp") == []  # not before the scale-up's delay (timings.scale_up)
+    _loop(sim, store, 180.0)
+    text = {**FAILURE_TEXTS, **RESERVATION_TEXTS}[kind].format(id=node_group)
+    assert _messages(store, "FailedScaleUp", "w1") == [ZONAL.format(ZONE, text)[:250]]
+    assert {e["type"] for e in store.events if e["reason"] == "FailedScaleUp"} == {"Warning"}
+    assert sim.backed_off()["tpu-a"] == kind
+    _loop(sim, store, 300.0)  # still backed off: no second scale-up, the pod says why
+    assert len(_messages(store, "TriggeredScaleUp")) == 1
+    # (After an IP space exhausted, the CPU pool of the same subnet is backed off too, not skipped for its size.)
+    counts = ("2 in backoff after failed scale-up" if kind == "ip-space-exhausted"
+              else "1 in backoff after failed scale-up, 1 max node group size reached")
+    assert _messages(store, "NotTriggerScaleUp", "w1") == [f"Pod didn't trigger scale-up: {counts}"]
+
+
+def test_the_back_off_doubles_after_each_failure_up_to_its_max_and_capacity_back_does_not_end_it() -> None:
+    sim, store = _autoscaler([_pool("tpu-a")], [_pending("w1", "tpu-a")])
+    sim.set_capacity("tpu-a", False)
+    durations, now = [], 0.0
+    for i in range(5):
+        _loop(sim, store, now)  # a scale-up
+        now += 180.0
+        _loop(sim, store, now)  # it fails
+        entry = sim._node_group_backoff.entries["tpu-a"]
+        durations.append(entry.duration)
+        assert entry.until == now + entry.duration
+        if i < 4:
+            now = entry.until + 1.0  # the back-off is over: the next pass scales up again
+    # kubernetes-sigs/cluster-autoscaler@33c3f97b flags: initial 5 min, max 30 min; doubled at each failure after one.
+    assert durations == [300.0, 600.0, 1200.0, 1800.0, 1800.0]
+    # The same message five times: one Event (GKE's recorder bumps its count; the sim writes it once).
+    assert len(_messages(store, "FailedScaleUp", "w1")) == 1
+    sim.set_capacity("tpu-a", True)  # capacity is back, but the back-off runs out by itself
+    _loop(sim, store, now + 1.0)
+    def scale_ups() -> int:
+        return len([e for e in sim.log if e.what.startswith("scale-up of tpu-a 0->4")])
+
+    assert sim.backed_off() == {"tpu-a": "out-of-resources"} and scale_ups() == 5
+    _loop(sim, store, now + 1801.0)
+    assert sim.backed_off() == {} and scale_ups() == 6
+    # Forgotten 3 h after the last failure (--node-group-backoff-reset-timeout): the next one starts at 5 min again.
+    sim._forget_stale_backoffs(now + 10800.0 + 1.0)
+    assert sim._node_group_backoff.entries == {}
+
+
+def test_a_scale_up_that_never_completes_fails_after_the_max_node_provision_time() -> None:
+    pool = _pool("tpu-a")
+    sim, store = _autoscaler([pool, _pool("cpu", tpu=False, max_nodes=1)],
+                             [_pending("w1", "tpu-a"), _pending("h1", "cpu", tpu=False)])
+    sim.set_failure("tpu-a", "instances-timeout")
+    sim.scale_up_delays["cpu"] = 1000.0  # slower than the CPU pools' 15 min: it times out too
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 1.0)  # one scale-up per loop: the CPU pool's comes in the next one
+    _loop(sim, store, 901.0)
+    assert sim.backed_off() == {"cpu": "instances-timeout"}
+    _loop(sim, store, 3600.0)
+    assert _messages(store, "FailedScaleUp", "w1") == []  # a TPU pool waits 10 h
+    assert _messages(store, "FailedScaleUp", "h1") == [ZONAL.format(  # cut at 250 bytes (below)
+        ZONE, 'Some nodes in node group ["' + MIG_URL.format("p", ZONE, _pool("cpu", tpu=False).mig_name)
+        + '"] failed to appear in time')[:250]]
+    _loop(sim, store, 36000.0)
+    assert _messages(store, "FailedScaleUp", "w1") == [ZONAL.format(
+        ZONE, f'Some nodes in node group ["{MIG_URL.format("p", ZONE, pool.mig_name)}"] failed to appear in time'
+    )[:250]]
+    assert sim.backed_off()["tpu-a"] == "instances-timeout"
+    assert store.nodes == {}
+
+
+def test_an_invalid_tpu_topology_fails_the_resize_at_once_without_triggered_scale_up() -> None:
+    sim, store = _autoscaler([_pool("tpu-a")], [_pending("w1", "tpu-a")])
+    sim.set_failure("tpu-a", "invalid-tpu-topology")
+    _loop(sim, store, 0.0)
+    assert _messages(store, "TriggeredScaleUp") == []
+    assert _messages(store, "FailedScaleUp", "w1") == [ZONAL.format(ZONE, "Invalid TPU topology: 4x4")]
+    # The loop's result is an error: the pod is left unschedulable, with the failed node group's reason.
+    assert _messages(store, "NotTriggerScaleUp", "w1") == ["Pod didn't trigger scale-up: 1 scale-up execution failed"]
+    assert sim.backed_off() == {"tpu-a": "invalid-tpu-topology"}
+
+
+def test_failed_scale_up_goes_to_the_pods_of_that_scale_up_only() -> None:
+    sim, store = _autoscaler([_pool("tpu-a"), _pool("cpu", tpu=False, max_nodes=1)],
+                             [_pending("w1", "tpu-a"), _pending("w2", "tpu-a")])
+    sim.set_capacity("tpu-a", False)
+    _loop(sim, store, 0.0)
+    # A worker created after the scale-up decision waits for its nodes but did not trigger it; a head pod on the CPU
+    # pool never asks the TPU pool for anything.
+    store.pods["w3"] = _pending("w3", "tpu-a", created="2026-01-01T00:01:00Z")
+    store.pods["h1"] = _pending("h1", "cpu", tpu=False)
+    _loop(sim, store, 10.0)
+    assert len(_messages(store, "TriggeredScaleUp", "h1")) == 1  # the next loop's scale-up
+    _loop(sim, store, 180.0)
+    failed = {e["involvedObject"]["name"] for e in store.events if e["reason"] == "FailedScaleUp"}
+    assert failed == {"w1", "w2"}
+    assert {e["involvedObject"]["name"] for e in store.events if e["reason"] == "TriggeredScaleUp"} == {
+        "w1", "w2", "h1"}
+
+
+def test_every_backed_off_node_group_is_counted_on_every_pending_pod() -> None:
+    # A head pod that only the CPU pool could take, the CPU pool at its max: GKE counts the TPU pools' back-off on it
+    # too (--scaleup-simulation-for-skipped-node-groups-enabled off, GetRemainingPods).
+    pools = [_pool("tpu-a"), _pool("tpu-b"), _pool("cpu", tpu=False, max_nodes=0)]
+    sim, store = _autoscaler(pools, [_pending("w1", "tpu-a")])
+    sim.set_capacity("tpu-a", False)
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 180.0)
+    store.pods["h1"] = _pending("h1", "cpu", tpu=False)
+    _loop(sim, store, 200.0)
+    (message,) = _messages(store, "NotTriggerScaleUp", "h1")
+    assert message.startswith("Pod didn't trigger scale-up: ")
+    assert sorted(message.removeprefix("Pod didn't trigger scale-up: ").split(", ")) == sorted([
+        "1 in backoff after failed scale-up", "1 max node group size reached",
+        "1 node(s) had untolerated taint {google.com/tpu: present}"])
+    assert "FailedScaleUp" not in {e["reason"] for e in store.events if e["involvedObject"]["name"] == "h1"}
+    # With the flag on, a skipped node group the pod does not fit counts its predicate failure instead.
+    sim2, store2 = _autoscaler(pools, [_pending("w1", "tpu-a")])
+    sim2.skipped_simulation = True
+    sim2.set_capacity("tpu-a", False)
+    _loop(sim2, store2, 0.0)
+    _loop(sim2, store2, 180.0)
+    store2.pods["h1"] = _pending("h1", "cpu", tpu=False)
+    _loop(sim2, store2, 200.0)
+    (message,) = _messages(store2, "NotTriggerScaleUp", "h1")
+    assert sorted(message.removeprefix("Pod didn't trigger scale-up: ").split(", ")) == sorted([
+        "2 node(s) had untolerated taint {google.com/tpu: present}", "1 max node group size reached"])
+
+
+def test_a_pod_no_pool_can_take_gets_upstreams_reasons_never_a_failed_scale_up() -> None:
+    pools = [_pool("tpu-a"), _pool("cpu", tpu=False, max_nodes=1), _pool("cpu-2", tpu=False, max_nodes=2)]
+    sim, store = _autoscaler(pools, [_pending("h1", "cpu", tpu=False, cpu="64")])
+    sim.set_capacity("tpu-a", False)
+    _loop(sim, store, 0.0)
+    # No node of any group could hold 64 CPUs: its own pool says so, cpu-2 does not match its selector, the TPU pool
+    # has a taint it does not tolerate (the scheduler's filters in their order: the first failing one counts).
+    (message,) = _messages(store, "NotTriggerScaleUp", "h1")
+    assert sorted(message.removeprefix("Pod didn't trigger scale-up: ").split(", ")) == sorted([
+        "1 Insufficient cpu", "1 node(s) didn't match Pod's node affinity/selector",
+        "1 node(s) had untolerated taint {google.com/tpu: present}"])
+    assert _messages(store, "TriggeredScaleUp") == _messages(store, "FailedScaleUp") == []
+    # A head that fits but whose pool is at its max size; a fixed-size pool (no autoscaling) is no node group at
+    # all, and a queued one is DWS's: neither is counted.
+    fixed = gke_sim.NodePool(name="system", cluster="c", zone=ZONE, machine=gke_sim.machine("n2-standard-16"),
+                             config_labels={"pool": "system"}, fixed_nodes=1)
+    queued = replace(_pool("dws"), queued=True)
+    sim, store = _autoscaler([_pool("cpu", tpu=False, max_nodes=0), fixed, queued],
+                             [_pending("h2", "cpu", tpu=False)])
+    _loop(sim, store, 0.0)
+    assert _messages(store, "NotTriggerScaleUp", "h2") == ["Pod didn't trigger scale-up: 1 max node group size reached"]
+
+
+def test_one_scale_up_per_loop_and_none_while_the_pods_wait_for_it() -> None:
+    sim, store = _autoscaler([_pool("tpu-a"), _pool("tpu-b")], [_pending("a1", "tpu-a"), _pending("b1", "tpu-b")])
+    _loop(sim, store, 0.0)
+    assert [e["involvedObject"]["name"] for e in store.events] == ["a1"]  # and no NotTriggerScaleUp for b1
+    _loop(sim, store, 10.0)
+    assert [e["involvedObject"]["name"] for e in store.events] == ["a1", "b1"]
+    _loop(sim, store, 20.0)
+    assert len(store.events) == 2
+
+
+def test_ip_space_exhausted_backs_off_every_pool_of_the_subnet() -> None:
+    pools = [_pool("tpu-a"), _pool("tpu-b"), _pool("cpu", tpu=False), _pool("tpu-c", subnetwork="other")]
+    sim, store = _autoscaler(pools, [_pending("w1", "tpu-a")])
+    sim.set_failure("tpu-a", "ip-space-exhausted")
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 180.0)
+    assert _messages(store, "FailedScaleUp", "w1") == [ZONAL.format(ZONE, "IP space exhausted")]
+    # GoogleCloudPlatform/cluster-autoscaler@7d250507 pkg/backoff/cidr_ip_backoff.go: the entire subnet.
+    assert sim.backed_off() == {"tpu-a": "ip-space-exhausted", "tpu-b": "ip-space-exhausted",
+                                "cpu": "ip-space-exhausted"}
+    store.pods["b1"] = _pending("b1", "tpu-b")
+    _loop(sim, store, 200.0)
+    assert _messages(store, "TriggeredScaleUp", "b1") == []
+    assert "3 in backoff after failed scale-up" in _messages(store, "NotTriggerScaleUp", "b1")[0]
+    sim._t0 = time.monotonic() - (180.0 + 300.0 + 1.0)
+    assert sim.backed_off() == {}
+
+
+def test_a_reservation_error_backs_off_every_pool_of_the_reservation() -> None:
+    pools = [_pool("res-a", reservation="r1"), _pool("res-b", reservation="r1"), _pool("res-c", reservation="r2")]
+    sim, store = _autoscaler(pools, [_pending("w1", "res-a")])
+    sim.set_failure("res-a", "reservation-not-ready")
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 180.0)
+    assert sim.backed_off() == {"res-a": "reservation-not-ready", "res-b": "reservation-not-ready"}
+
+
+def test_failures_a_pool_cannot_have_are_refused() -> None:
+    sim, _store = _autoscaler([_pool("tpu-a"), _pool("res", reservation="r"), replace(_pool("dws"), queued=True)], [])
+    with pytest.raises(ValueError, match="unknown failure"):
+        sim.set_failure("tpu-a", "gce-on-fire")
+    with pytest.raises(ValueError, match="consumes no specific reservation"):
+        sim.set_failure("tpu-a", "reservation-capacity-exceeded")
+    with pytest.raises(ValueError, match="consumes reservation 'r'"):
+        sim.set_failure(["tpu-a", "res"], "out-of-resources")
+    with pytest.raises(ValueError, match="queued provisioning pool"):
+        sim.set_failure("dws", "quota-exceeded")
+    assert sim.failures == {"tpu-a": None, "res": None, "dws": None}
+    sim.set_failure("res", "invalid-reservation")
+    sim.set_capacity("dws", False)
+    assert sim.failures == {"tpu-a": None, "res": "invalid-reservation", "dws": "out-of-resources"}
+
+
+def test_a_multi_host_slice_registers_host_by_host_and_turns_ready_as_a_whole() -> None:
+    sim, store = _autoscaler([_pool("tpu-a")], [_pending("w1", "tpu-a")])
+    sim.scale_up_delays["tpu-a"] = 400.0
+    _loop(sim, store, 0.0)
+    registering = gke_sim.REGISTERING_ANNOTATION
+    for now, expected in ((99.0, 0), (100.0, 1), (250.0, 2), (399.0, 3)):
+        _loop(sim, store, now)
+        assert len(store.nodes) == expected, now
+        assert all(registering in n["metadata"]["annotations"] for n in store.nodes.values())
+        assert len({n["metadata"]["annotations"][gke_sim.SLICE_ANNOTATION] for n in store.nodes.values()}) <= 1
+    assert [e["reason"] for e in store.events] == ["TriggeredScaleUp"]  # the hosts coming up are the scale-up's
+    _loop(sim, store, 400.0)
+    assert len(store.nodes) == 4 and not any(registering in n["metadata"]["annotations"] for n in store.nodes.values())
+    assert len({n["metadata"]["annotations"][gke_sim.SLICE_ANNOTATION] for n in store.nodes.values()}) == 1
+    # A slice that fails takes its registered hosts away (all or none).
+    sim, store = _autoscaler([_pool("tpu-a")], [_pending("w1", "tpu-a")])
+    sim.scale_up_delays["tpu-a"] = 400.0
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 300.0)
+    assert len(store.nodes) == 3
+    sim.set_capacity("tpu-a", False)
+    _loop(sim, store, 400.0)
+    assert store.nodes == {} and _messages(store, "FailedScaleUp", "w1")
+
+
+def test_kwok_leaves_a_registering_node_not_ready(tmp_path: Path) -> None:
+    for name in gke_sim.KWOK_STAGES:
+        kind = "Node" if name.startswith("node") else "Pod"
+        (tmp_path / f"{name}.yaml").write_text(
+            f"apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata: {{name: {name}}}\n"
+            f"spec: {{resourceRef: {{apiGroup: v1, kind: {kind}}}, next: {{}}}}\n")
+    stages = {s["metadata"]["name"]: s for s in gke_sim.kwok_stages(1.0, tmp_path)}
+    assert {"key": f'.metadata.annotations["{gke_sim.REGISTERING_ANNOTATION}"]', "operator": "DoesNotExist"} in \
+        stages["node-initialize"]["spec"]["selector"]["matchExpressions"]
+
+
+def test_failed_scale_up_messages_are_cut_at_250_bytes() -> None:
+    # GKE's emitEventOnPods: message[:messageLengthLimit], messageLengthLimit = 250.
+    zones = [f"zone-{i:02d}-with-a-long-name" for i in range(8)]
+    full = ZONAL.format(", ".join(zones), "GCE out of resources")
+    assert len(full) > 250
+    assert gke_sim.failed_scale_up(zones, ["GCE out of resources"]) == full[:250]
+    assert len(gke_sim.failed_scale_up(zones, ["GCE out of resources"]).encode()) == 250
+    short = ZONAL.format(ZONE, "GCE quota exceeded")
+    assert gke_sim.failed_scale_up([ZONE, ZONE], ["GCE quota exceeded", "GCE quota exceeded"]) == short
+    # A pool whose MIG URL is long enough: the Event the sim writes is cut there too.
+    pool = replace(_pool("tpu-a"), project="a-project-with-a-name-as-long-as-gcp-allows-it", zone="us-east5-b")
+    sim, store = _autoscaler([pool], [_pending("w1", "tpu-a")])
+    sim.set_failure("tpu-a", "invalid-reservation")
+    _loop(sim, store, 0.0)
+    _loop(sim, store, 180.0)
+    full = ZONAL.format(ZONE, f"Invalid Reservation: {MIG_URL.format(pool.project, ZONE, pool.mig_name)}")
+    assert len(full) > 250 and _messages(store, "FailedScaleUp", "w1") == [full[:250]]

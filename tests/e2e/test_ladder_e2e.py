@@ -196,7 +196,7 @@ def run_from_zero(env: fs.Env, watch: fs.FallbackWatch) -> dict[str, Any]:
         "restart": restart, "nodes_at_restart": nodes_at_restart,
         "moves": [(fs._unix(e.get("firstTimestamp")), str(e.get("message", ""))) for e in moving],
         "scale_ups": [(fs._unix(e.get("firstTimestamp")), str(e.get("message", ""))) for e in scale_ups],
-        "worker_nodes_created": created, "pool": pool, "closes": closes,
+        "worker_nodes_created": created, "pool": pool, "pool_id": sim.pools[pool].node_group_id, "closes": closes,
         "job": {**fs.job_summary(client, watch, second), "kinds": [plans.get(f, f) for f in track.flavors_reserved()]},
         "metrics": env.controller.metrics(),
     }
@@ -204,7 +204,7 @@ def run_from_zero(env: fs.Env, watch: fs.FallbackWatch) -> dict[str, Any]:
 
 def test_a_job_moves_up_to_a_reservation_whose_pool_is_at_zero_nodes(ladder: dict[str, Any]) -> None:
     zero = ladder["from_zero"]
-    job, pool = zero["job"], zero["pool"]
+    job, pool_id = zero["job"], zero["pool_id"]
     # The reservation's pool had no node when the restarted controller looked, and its quota was free.
     assert zero["nodes_at_restart"] == [], zero
     # One move (never a second), by the restarted controller, saying the reservation holds the capacity.
@@ -214,7 +214,8 @@ def test_a_job_moves_up_to_a_reservation_whose_pool_is_at_zero_nodes(ladder: dic
     # From flex-start up to the reservation, where its workers ran on nodes the pool grew from zero for them.
     assert job["kinds"][-2:] == [fs.FLEX_START, fs.RESERVATION], job
     assert {ladder["pool_kinds"][p] for p in job["worker_pools"]} == {fs.RESERVATION}, job
-    assert any(f"{{{pool} 0->" in m for _t, m in zero["scale_ups"]), zero["scale_ups"]
+    # GKE names the node group by its MIG's URL (gke_sim NodePool.node_group_id).
+    assert any(f"{{{pool_id} 0->" in m for _t, m in zero["scale_ups"]), zero["scale_ups"]
     assert zero["worker_nodes_created"] and all(
         c is not None and c >= moved_at - ROUNDING for c in zero["worker_nodes_created"].values()), zero
     assert job["succeeded"] == 1 or job["state"] == "Complete", job

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def _sim() -> tuple[gke_sim.GkeSim, _Recorder]:
     sim._client = client  # type: ignore[assignment]
     sim._lock = threading.RLock()
     sim._t0 = 0.0
-    sim._events_sent = set()
+    sim._recorder, sim.scale = gke_sim.Recorder(), gke_sim.TimeScale()
     sim.unseen_events, sim.suppressed_events, sim.log = set(), [], []
     sim.pools = {"on-demand-pool": object(), "dws-pool": object()}  # type: ignore[dict-item]
     return sim, client
@@ -115,3 +116,109 @@ def test_jobs_tolerating_the_admins_taint() -> None:
     assert worker["template"]["spec"]["tolerations"] == [{"key": "google.com/tpu"}, dict(fs.ADMIN_TOLERATION)]
     assert job == _rayjob()
     assert fs.ADMIN_TOLERATION["key"] == fs.ADMIN_TAINT["key"] and fs.ADMIN_TAINT["effect"] == "NoSchedule"
+
+
+# --- the autoscaler's event recorder (kubernetes-sigs/cluster-autoscaler@33c3f97b pkg/utils/kubernetes/factory.go) ---
+
+
+def test_the_recorder_lets_one_event_of_a_reason_through_per_pod_every_5_minutes() -> None:
+    rec = gke_sim.Recorder()  # simulated seconds
+    assert rec.admit("u1", "NotTriggerScaleUp", "a", 0.0) == "a"
+    assert rec.admit("u1", "NotTriggerScaleUp", "b", 10.0) is None  # burst 1, refilled at 1 per 300 s
+    assert rec.admit("u1", "FailedScaleUp", "x", 10.0) == "x"  # another reason: its own bucket
+    assert rec.admit("u2", "NotTriggerScaleUp", "b", 10.0) == "b"  # another pod
+    assert rec.admit("u1", "NotTriggerScaleUp", "b", 299.0) is None
+    assert rec.admit("u1", "NotTriggerScaleUp", "b", 310.0) == "b"
+    assert rec.admit("u1", "NotTriggerScaleUp", "b", 700.0) is None  # the same message: GKE counts it, no new Event
+
+
+def test_the_tenth_distinct_message_of_a_reason_within_10_minutes_is_combined() -> None:
+    rec = gke_sim.Recorder()
+    out = [rec.admit("u1", "NotTriggerScaleUp", f"m{i}", i * 301.0) for i in range(10)]
+    # client-go events_cache.go: 10 similar events (same reason, pod) in a rolling 10 minutes are aggregated.
+    assert out[:9] == [f"m{i}" for i in range(9)]
+    assert out[9] == "(combined from similar events): m9"
+    # More than 10 minutes since the last similar event: a fresh start.
+    assert rec.admit("u1", "NotTriggerScaleUp", "later", 9 * 301.0 + 601.0) == "later"
+
+
+# --- GKE's stock-out evidence as the sim writes it: what the fallback controller reads -----------------------------
+
+
+class _Cluster(_Recorder):
+    """_Recorder, with what the autoscaler loop reads and writes besides Events (nodes, its log)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[str, dict[str, Any]] = {}
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "Node":
+            self.nodes[obj["metadata"]["name"]] = obj
+            return obj
+        return super().create(obj)
+
+    def informer(self, api: str, kind: str) -> _Cluster:
+        return self
+
+    def observe(self, obj: Any) -> None:
+        return
+
+
+def _pool(name: str, *, tpu: bool = True, max_nodes: int = 4) -> gke_sim.NodePool:
+    machine = gke_sim.machine("ct6e-standard-4t" if tpu else "n2-standard-16")
+    return gke_sim.NodePool(name=name, cluster="c", zone="us-east5-b", machine=machine, config_labels={"pool": name},
+                            max_nodes=max_nodes, topology="4x4" if tpu else None, hosts_per_slice=4 if tpu else 1,
+                            project="p")
+
+
+def _unschedulable(name: str, pool: str, tpu: bool = True) -> dict[str, Any]:
+    requests = {"cpu": "1", **({"google.com/tpu": "4"} if tpu else {})}
+    spec: dict[str, Any] = {"nodeSelector": {"pool": pool}, "containers": [{"resources": {"requests": requests}}]}
+    if tpu:
+        spec["tolerations"] = [{"key": "google.com/tpu", "operator": "Exists"}]
+    meta = {"name": name, "namespace": "default", "uid": name, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+
+
+def _pass(sim: gke_sim.GkeSim, pods: list[dict[str, Any]], now: float) -> None:
+    sim._t0 = time.monotonic() - now
+    sim._finish_upcoming(now)
+    sim._scale_up(now, [], pods)
+
+
+def test_a_stock_out_as_the_fallback_controller_sees_it_on_its_pods_and_on_an_unrelated_one() -> None:
+    client = _Cluster()
+    sim = gke_sim.GkeSim([_pool("on-demand-pool"), _pool("cpu", tpu=False, max_nodes=0)],
+                         scale=gke_sim.TimeScale(real_per_sim=1.0))
+    sim._client, sim._cache = client, client  # type: ignore[assignment]
+    worker, head = _unschedulable("worker", "on-demand-pool"), _unschedulable("head", "cpu", tpu=False)
+    sim.set_capacity("on-demand-pool", False)
+    _pass(sim, [worker], 0.0)
+    _pass(sim, [worker], 180.0)
+    _pass(sim, [worker, head], 200.0)
+    said = [(e["involvedObject"]["name"], e["reason"], e["message"]) for e in client.created]
+    # The texts as GKE writes them (GoogleCloudPlatform/cluster-autoscaler@7d250507: failed_scale_up_event_logger.go,
+    # internal_eventing_scale_up_processor.go; kubernetes-sigs/cluster-autoscaler@33c3f97b skippedreasons.go).
+    assert said[1] == ("worker", "FailedScaleUp", "Node scale up in zones us-east5-b associated with this pod failed: "
+                       "GCE out of resources. Pod is at risk of not being scheduled.")
+    assert ("worker", "NotTriggerScaleUp", "Pod didn't trigger scale-up: 1 in backoff after failed scale-up, "
+            "1 max node group size reached") in said
+    # The head pod, which no TPU pool could take, is told about the TPU pool's back-off too, never of its failure.
+    (head_says,) = [(r, m) for n, r, m in said if n == "head"]
+    assert head_says[0] == "NotTriggerScaleUp" and "1 in backoff after failed scale-up" in head_says[1]
+    # With the TPU pool's Events unseen, that NotTriggerScaleUp (about the TPU pool's state) is kept unwritten too.
+    client2 = _Cluster()
+    sim2 = gke_sim.GkeSim([_pool("on-demand-pool"), _pool("cpu", tpu=False, max_nodes=0)],
+                          scale=gke_sim.TimeScale(real_per_sim=1.0))
+    sim2._client, sim2._cache = client2, client2  # type: ignore[assignment]
+    sim2.set_events(False, "on-demand-pool")
+    sim2.set_capacity("on-demand-pool", False)
+    _pass(sim2, [worker], 0.0)
+    _pass(sim2, [worker], 180.0)
+    _pass(sim2, [worker, head], 200.0)
+    assert client2.created == []
+    assert {(e.pod, e.reason) for e in sim2.suppressed_events} == {
+        ("default/worker", "TriggeredScaleUp"), ("default/worker", "FailedScaleUp"),
+        ("default/worker", "NotTriggerScaleUp"), ("default/head", "NotTriggerScaleUp")}

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tests.e2e.gke_sim.backoff import KeyedBackoff, NodeGroupBackoff
 from tests.e2e.gke_sim.pools import NodePool
 from tests.e2e.gke_sim.scheduling import Resources
 from tests.e2e.gke_sim.timing import TimeScale, Timings
@@ -33,7 +34,9 @@ class _Upcoming:
     ready_at: float
     started_at: float
     free: list[Resources]
-    pods: list[Mapping[str, Any]] = field(default_factory=list)  # the pods that triggered it (for events)
+    pods: list[Mapping[str, Any]] = field(default_factory=list)  # the pods of the scale-up decision (its Events)
+    slice_id: str = ""  # the slice its nodes form (a multi-host pool's: nodes.py SLICE_ANNOTATION)
+    registered: list[str] = field(default_factory=list)  # its nodes registered so far, not Ready yet
 
 
 @dataclass
@@ -97,12 +100,14 @@ class SimBase:
     _cache: ClusterCache | None
     _t0: float
     _upcoming: list[_Upcoming]
-    _backoff_until: dict[str, float]
+    failures: dict[str, str | None]
+    skipped_simulation: bool
+    _node_group_backoff: NodeGroupBackoff
+    _keyed_backoff: KeyedBackoff
     _idle_since: dict[str, float]
     _held: dict[str, float]
     _shutdowns: dict[str, float]
     _requests: dict[str, _Request]
-    _events_sent: set[tuple[str, str, str]]
     _names: itertools.count[int]
     _slices: itertools.count[int]
 

@@ -11,6 +11,9 @@ import yaml
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"  # value "fake": KWOK manages the node and its pods
 KWOK_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"  # per-pod override of the run time (a Go duration)
+# A node of a multi-host slice that is still coming up (nodes.py): KWOK's node-initialize stage leaves it alone, so it
+# stays NotReady, with the API server's not-ready taint, until the whole slice has registered and the sim removes it.
+REGISTERING_ANNOTATION = "tpu-fallback.sim/registering"
 
 
 def kwok_stage_files(stages_dir: Path) -> dict[str, dict[str, Any]]:
@@ -139,6 +142,8 @@ def kwok_stages(job_run_real_seconds: float, stages_dir: Path | None = None) -> 
                 "durationMilliseconds": max(1, int(job_run_real_seconds * 1000)),
                 "durationFrom": {"expressionFrom": f'.metadata.annotations["{KWOK_COMPLETE_DELAY}"]'},
             }
+    initialize = next(s for s in stages if s["metadata"]["name"] == "node-initialize")
+    _match(initialize).append({"key": f'.metadata.annotations["{REGISTERING_ANNOTATION}"]', "operator": "DoesNotExist"})
     ready = next(s for s in stages if s["metadata"]["name"] == "pod-ready")
     _match(ready).append({"key": _READY_AFTER, "operator": "DoesNotExist"})
     starting = {"apiVersion": ready.get("apiVersion", "kwok.x-k8s.io/v1alpha1"), "kind": "Stage",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
@@ -11,7 +10,7 @@ from typing import Any
 
 from tests.e2e.gke_sim.base import now_rfc3339
 from tests.e2e.gke_sim.events import EventsMixin
-from tests.e2e.gke_sim.kwok import KWOK_ANNOTATION
+from tests.e2e.gke_sim.kwok import KWOK_ANNOTATION, REGISTERING_ANNOTATION
 from tests.e2e.gke_sim.pools import POOL_LABEL, NodePool
 from tests.e2e.gke_sim.scheduling import is_terminal
 from tests.e2e.kube import KubeError
@@ -33,6 +32,10 @@ NODE_SHUTDOWN = ("Shutdown", "Shutdown manager detected shutdown event")
 POD_SHUTDOWN = ("Terminated", "Pod was terminated in response to imminent node shutdown.")
 TO_BE_DELETED = "ToBeDeletedByClusterAutoscaler"  # cluster-autoscaler's taint on nodes it is removing
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # on every new node until the node lifecycle controller sees Ready
+
+
+def is_registering(node: Mapping[str, Any]) -> bool:
+    return REGISTERING_ANNOTATION in (node["metadata"].get("annotations") or {})
 
 
 class NodesMixin(EventsMixin):
@@ -124,23 +127,29 @@ class NodesMixin(EventsMixin):
                 if (n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION) == "fake"]
 
     def _node_name(self, pool: NodePool) -> str:
-        digest = hashlib.sha1(f"{pool.cluster}/{pool.name}".encode()).hexdigest()[:8]
-        name = f"gke-{pool.cluster[:15]}-{pool.name[:20]}-{digest}-{next(self._names):04d}"
-        return name.lower()
+        """The MIG's name without "-grp", then a number (GKE: gke-<cluster>-<pool>-<hash>-<suffix>)."""
+        return f"{pool.mig_name.removesuffix('-grp')}-{next(self._names):04d}"
 
-    def _create_nodes(self, pool: NodePool, count: int, *, reason: str, request: str | None = None) -> list[str]:
+    def _new_slice(self, pool: NodePool) -> str:
+        return f"{pool.name}/slice-{next(self._slices)}"
+
+    def _create_nodes(self, pool: NodePool, count: int, *, reason: str, request: str | None = None,
+                      slice_id: str | None = None, registering: bool = False) -> list[str]:
+        """Register `count` nodes of the pool (new slices, or all in `slice_id`); `registering`: KWOK leaves them
+        NotReady (REGISTERING_ANNOTATION) until `_release` (a multi-host slice coming up host by host)."""
         labels = pool.node_labels()
         names: list[str] = []
         # A multi-host pool's nodes come as slices; a single-host node is a slice of one.
         slice_size = pool.hosts_per_slice if pool.hosts_per_slice > 1 else 1
-        slice_id = ""
         for i in range(count):
-            if i % slice_size == 0:
-                slice_id = f"{pool.name}/slice-{next(self._slices)}"
+            if slice_id is None or (i > 0 and i % slice_size == 0):
+                slice_id = self._new_slice(pool)
             name = self._node_name(pool)
             annotations = {KWOK_ANNOTATION: "fake", SLICE_ANNOTATION: slice_id}
             if request:
                 annotations[REQUEST_ANNOTATION] = request
+            if registering:
+                annotations[REGISTERING_ANNOTATION] = "true"
             allocatable = {k: _quantity(v) for k, v in pool.machine.allocatable().items()}
             capacity = {k: _quantity(v) for k, v in pool.machine.capacity().items()}
             node = {
@@ -152,8 +161,17 @@ class NodesMixin(EventsMixin):
             }
             self._informer("v1", "Node").observe(self.client.create(node))
             names.append(name)
-        self._note(f"{pool.name}: {count} node(s) up ({reason}){f' for {request}' if request else ''}")
+        self._note(f"{pool.name}: {count} node(s) {'registered, not Ready' if registering else 'up'} ({reason})"
+                   f"{f' for {request}' if request else ''}")
         return names
+
+    def _release(self, names: Sequence[str]) -> None:
+        """The slice is complete: its registering nodes may turn Ready (KWOK's node-initialize takes them)."""
+        for name in names:
+            with contextlib.suppress(KubeError):  # gone meanwhile
+                self._informer("v1", "Node").observe(self.client.request(
+                    "PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": {REGISTERING_ANNOTATION: None}}},
+                    content_type="application/merge-patch+json"))
 
     def _taint(self, names: Iterable[str], taint: Mapping[str, str] | None, remove: str | None = None) -> None:
         """Add `taint` to the nodes' taints, or remove the taint with key `remove`."""

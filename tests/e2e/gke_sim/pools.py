@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from tests.e2e.gke_sim.messages import GCE_DOMAIN_URL
 from tpu_fallback.model import catalog
 from tpu_fallback.model.capacity import EVICTION_THRESHOLD, gke_reserved_cpu, gke_reserved_memory
 from tpu_fallback.offline.mockrun import ProgramRun
@@ -86,6 +88,22 @@ class NodePool:
     flex_start: bool = False
     spot: bool = False  # Spot VMs (nodeConfig.spot): preemptible, `preempt_spot`
     reservation: str | None = None  # the specific reservation its VMs consume (nodeConfig.reservationAffinity)
+    project: str = "project"
+    subnetwork: str = "default"  # the cluster's subnet unless the pool has its own (networkConfig.subnetwork)
+
+    @property
+    def mig_name(self) -> str:
+        """The pool's managed instance group, named as GKE names them (gke-<cluster>-<pool>-<hash>-grp; GKE's exact
+        truncation of long names is not public: the sim keeps 15 and 20 characters)."""
+        digest = hashlib.sha1(f"{self.cluster}/{self.name}".encode()).hexdigest()[:8]
+        return f"gke-{self.cluster[:15]}-{self.name[:20]}-{digest}-grp".lower()
+
+    @property
+    def node_group_id(self) -> str:
+        """The autoscaler's id of the pool's node group: the MIG's URL (GoogleCloudPlatform/cluster-autoscaler@7d250507
+        pkg/cloudprovider/gke/gke_cloud_provider_impl.go GkeMig.Id -> kubernetes/autoscaler@55c37cd5
+        cluster-autoscaler/cloudprovider/gce/gce_url.go GenerateMigUrl)."""
+        return f"{GCE_DOMAIN_URL}/projects/{self.project}/zones/{self.zone}/instanceGroups/{self.mig_name}"
 
     @property
     def autoscaled(self) -> bool:
@@ -177,6 +195,8 @@ def pools_from_plan(run: ProgramRun) -> list[NodePool]:
             flex_start=bool(config.get("flexStart")),
             spot=bool(config.get("spot")),
             reservation=_specific_reservation(config.get("reservationAffinity") or {}),
+            project=str(spec.get("project") or "project"),
+            subnetwork=str((spec.get("networkConfig") or {}).get("subnetwork") or "default"),
         ))
     if not pools:
         raise ValueError(f"the plan of {run.project}/{run.stack} has no {NODE_POOL_TYPE}")

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from tests.e2e.gke_sim.messages import INSUFFICIENT, NODE_AFFINITY, UNTOLERATED_TAINT
 from tests.e2e.gke_sim.pools import NodePool
 from tpu_fallback.model.quantity import parse_quantity
 
@@ -109,14 +110,22 @@ def is_unschedulable(pod: Mapping[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-def why_not(pool: NodePool, pod: Mapping[str, Any], request: Mapping[str, Decimal]) -> str | None:
-    """None if the pool's nodes could take the pod, else the autoscaler's reason."""
+def predicate_reasons(pool: NodePool, pod: Mapping[str, Any], request: Mapping[str, Decimal]) -> list[str]:
+    """Why the pool's template node cannot take the pod, as the autoscaler reports it for a node group (its
+    scheduler simulation): the reasons of the first failing filter, in the default profile's order (TaintToleration,
+    NodeAffinity, NodeResourcesFit: messages.py); [] if it fits."""
+    taints = untolerated(pod, pool.node_taints())
+    if taints:  # FindMatchingUntoleratedTaint: the first one
+        return [UNTOLERATED_TAINT.format(key=taints[0]["key"], value=taints[0].get("value", ""))]
     if not selector_matches(pod, pool.node_labels()):
-        return "node(s) didn't match Pod's node affinity/selector"
-    bad = untolerated(pod, pool.node_taints())
-    if bad:
-        return "node(s) had untolerated taint " + ", ".join(f"{{{t['key']}: {t.get('value', '')}}}" for t in bad)
-    if not fits(request, pool.machine.allocatable()):
-        short = [k for k, v in request.items() if v > pool.machine.allocatable().get(k, Decimal(0))]
-        return "Insufficient " + ", ".join(short)
-    return None
+        return [NODE_AFFINITY]
+    allocatable = pool.machine.allocatable()
+    short = [k for k, v in request.items() if k != "pods" and v > 0 and v > allocatable.get(k, Decimal(0))]
+    order = {"cpu": 0, "memory": 1, "ephemeral-storage": 2}  # fitsRequest: these first, then extended resources
+    return [INSUFFICIENT.format(resource=k) for k in sorted(short, key=lambda k: (order.get(k, 3), k))]
+
+
+def why_not(pool: NodePool, pod: Mapping[str, Any], request: Mapping[str, Decimal]) -> str | None:
+    """None if the pool's nodes could take the pod, else the autoscaler's reasons."""
+    reasons = predicate_reasons(pool, pod, request)
+    return ", ".join(reasons) if reasons else None

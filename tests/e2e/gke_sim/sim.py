@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.gke_sim.autoscaler import AutoscalerMixin
+from tests.e2e.gke_sim.backoff import KeyedBackoff, NodeGroupBackoff
 from tests.e2e.gke_sim.dashboard import RayDashboard
 from tests.e2e.gke_sim.dws import DwsMixin
+from tests.e2e.gke_sim.events import Recorder
 from tests.e2e.gke_sim.kwok import kwok_stages
+from tests.e2e.gke_sim.nodes import is_registering
 from tests.e2e.gke_sim.pools import NodePool
 from tests.e2e.gke_sim.timing import DEFAULT_SCALE, DEFAULT_TIMINGS, TimeScale, Timings
 from tests.e2e.informer import ClusterCache
@@ -43,7 +46,10 @@ class GkeSim(AutoscalerMixin, DwsMixin):
         self.scale = scale
         self.timings = timings
         self.interval = interval
-        self.capacity = {p.name: True for p in pools}
+        self.capacity = {p.name: True for p in pools}  # False while the pool's scale-ups fail (set_failure)
+        self.failures = dict.fromkeys(self.pools)  # pool -> the kind its scale-ups fail for (messages.FAILURES)
+        # Play --scaleup-simulation-for-skipped-node-groups-enabled (autoscaler.py): off, upstream's default.
+        self.skipped_simulation = False
         # Per pool: simulated seconds a scale-up takes instead of timings.scale_up / cpu_scale_up.
         self.scale_up_delays = {}
         # Pools whose autoscaler Events nobody sees (ALL_POOLS: every pool), and the Events not written for them.
@@ -59,12 +65,13 @@ class GkeSim(AutoscalerMixin, DwsMixin):
         self._cache = None
         self._t0 = time.monotonic()
         self._upcoming = []
-        self._backoff_until = {}
+        self._node_group_backoff = NodeGroupBackoff()
+        self._keyed_backoff = KeyedBackoff()
         self._idle_since = {}
         self._held = {}  # node -> real time until which a scale-down leaves it (add_nodes)
         self._shutdowns = {}  # preempted Spot node -> real time its VM is gone (preempt_spot)
         self._requests = {}
-        self._events_sent = set()
+        self._recorder = Recorder()
         self._names = itertools.count(1)
         self._slices = itertools.count(1)
         self.dashboard = RayDashboard()
@@ -97,16 +104,19 @@ class GkeSim(AutoscalerMixin, DwsMixin):
             self._delete_nodes([n["metadata"]["name"] for n in self._nodes()], reason="reconfigure")
             self.pools = {p.name: p for p in pools}
             self.capacity = {p.name: True for p in pools}
+            self.failures = dict.fromkeys(self.pools)
+            self.skipped_simulation = False
             self.scale_up_delays.clear()
             self.unseen_events.clear()
             self.suppressed_events.clear()
             self._upcoming.clear()
-            self._backoff_until.clear()
+            self._node_group_backoff = NodeGroupBackoff()
+            self._keyed_backoff = KeyedBackoff()
             self._idle_since.clear()
             self._held.clear()
             self._shutdowns.clear()
             self._requests.clear()
-            self._events_sent.clear()
+            self._recorder = Recorder()
             self.log.clear()
             self.errors.clear()
             self._lapsed.clear()
@@ -141,16 +151,19 @@ class GkeSim(AutoscalerMixin, DwsMixin):
             raise AssertionError("the simulated GKE hit errors:\n" + "\n".join(self.errors[-10:]))
 
     def step(self) -> None:
-        """One pass of the autoscaler and of DWS: finish due scale-ups, handle requests, scale up, scale down."""
+        """One pass of the autoscaler and of DWS: finish due scale-ups, handle requests, scale up, scale down.
+        Nodes of a slice still coming up are not nodes yet for either: they are their scale-up's."""
         now = self.elapsed()
+        self._forget_stale_backoffs(now)
         self._finish_upcoming(now)
         self._finish_shutdowns(now)
         nodes = self._nodes()
         self._check_heartbeats(now, nodes)
+        registered = [n for n in nodes if not is_registering(n)]
         pods = self._informer("v1", "Pod").items()
-        self._provisioning(now, nodes, pods)
-        self._scale_up(now, nodes, pods)
-        self._scale_down(now, nodes, pods)
+        self._provisioning(now, registered, pods)
+        self._scale_up(now, registered, pods)
+        self._scale_down(now, registered, pods)
 
 
 @contextlib.contextmanager
