@@ -1,4 +1,5 @@
-"""KueueDashboard: a Cloud Monitoring dashboard of the stack's Kueue metrics (all clusters)."""
+"""KueueDashboard: a Cloud Monitoring dashboard of the stack's Kueue metrics (all clusters), and of the fallback
+controller's with `fallback`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ class KueueDashboardArgs:
     title: str
     apis: Sequence[pulumi.Resource] = ()
     multikueue: bool = False  # charts of the manager's dispatches per worker
+    # Charts of the fallback controller (closes per rung, evictions and moves, errors, heartbeat age); its metrics
+    # come from the PodMonitoring the FallbackController renders with kueue.podMonitoring.
+    fallback: bool = False
 
 
 class KueueDashboard(pulumi.ComponentResource):
@@ -28,7 +32,7 @@ class KueueDashboard(pulumi.ComponentResource):
         self.dashboard = gcp.monitoring.Dashboard(
             f"{name}-dashboard",
             project=args.project,
-            dashboard_json=json.dumps(kueue_dashboard(args.title, args.multikueue)),
+            dashboard_json=json.dumps(kueue_dashboard(args.title, args.multikueue, args.fallback)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.apis)),
         )
         self.register_outputs({"dashboard": self.dashboard.id})
