@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # module is one work unit). The figures: wall seconds of each module in a warm `.ci/run` on 6 workers, 2 cores
 # (2026-12-04, 0ece3b2, printed by tests/module_times.py); only the order matters. The unit tests follow.
 SCHEDULE = (
+    "test_fallback_operations_e2e",  # about 300 (estimated: a lease take-over, two 60 s cool-downs and their sweeps)
     "test_engine_e2e",  # 280 with the examples' half, now test_engine_examples_e2e
     "test_stockout_evidence_e2e",  # 228
     "test_gke_sim_e2e",  # 219
