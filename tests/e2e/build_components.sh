@@ -8,8 +8,10 @@
 #   etcd                     go.etcd.io/etcd/server/v3, through the wrapper module in ./etcd
 #   kueue                    sigs.k8s.io/kueue/cmd/kueue, through the wrapper module in ./controllers,
 #                            plus its CRDs, webhook manifests and Helm chart from the same module
-#   crds                     KubeRay's CRDs (github.com/ray-project/kuberay/ray-operator) and the
-#                            ProvisioningRequest CRD (k8s.io/autoscaler/cluster-autoscaler/apis)
+#   crds                     KubeRay's CRDs (github.com/ray-project/kuberay/ray-operator), the
+#                            ProvisioningRequest CRD (k8s.io/autoscaler/cluster-autoscaler/apis) and the
+#                            JobSet CRD (sigs.k8s.io/jobset; the CRD only: the JobSet controller is not built,
+#                            the tests play it)
 #   kwok                     the KWOK controller (fake nodes and pods), sigs.k8s.io/kwok/cmd/kwok,
 #                            the same wrapper module (one module graph: see its go.mod), plus its
 #                            Stage manifests
@@ -33,6 +35,7 @@
 #   KUEUE_CHART        Kueue's Helm chart (charts/kueue), for a real-engine test
 #   KUBERAY_CRD_DIR    KubeRay's ray.io_{rayjobs,rayclusters,rayservices}.yaml
 #   PROVREQ_CRD_DIR    autoscaling.x-k8s.io_provisioningrequests.yaml
+#   JOBSET_CRD_DIR     jobset.x-k8s.io_jobsets.yaml
 #   *_VERSION          the version of each
 #
 # Usage: tests/e2e/build_components.sh [apiserver] [controller-manager] [scheduler] [etcd] [kueue] [crds]
@@ -43,8 +46,8 @@
 # pinned by the go.mod of their wrapper module (bump there and re-run `go mod
 # tidy`), and so are Kueue and KWOK (./controllers/go.mod); KubeRay (CRDs and
 # operator) by KUBERAY_VERSION below, overridable from the environment; the
-# ProvisioningRequest API is taken at the version Kueue's own go.mod requires
-# (PROVREQ_VERSION overrides it). The Kueue and KWOK binaries are cached under
+# ProvisioningRequest API and the JobSet API are taken at the versions Kueue's own
+# go.mod requires (PROVREQ_VERSION and JOBSET_VERSION override them). The Kueue and KWOK binaries are cached under
 # their version plus a digest of ./controllers/go.sum, so a change of what they
 # are built with rebuilds them.
 #
@@ -61,6 +64,10 @@ KUBERAY_VERSION=${KUBERAY_VERSION:-v1.6.2}
 KUBERAY_MODULE=github.com/ray-project/kuberay/ray-operator
 PROVREQ_MODULE=k8s.io/autoscaler/cluster-autoscaler/apis
 PROVREQ_VERSION=${PROVREQ_VERSION:-}  # default: what Kueue's go.mod requires
+# JobSet: `go list -m -versions` lists none, but the proxy serves the exact version Kueue requires (v0.12.0 for
+# Kueue v0.19.2), which is the one whose JobSets Kueue's jobset integration is built against.
+JOBSET_MODULE=sigs.k8s.io/jobset
+JOBSET_VERSION=${JOBSET_VERSION:-}  # default: what Kueue's go.mod requires
 
 BUILD_NAME=build_components
 # shellcheck source-path=SCRIPTDIR source=go_build.sh
@@ -234,6 +241,21 @@ provreq_crd() {
   log "copied the ProvisioningRequest CRD of $PROVREQ_MODULE@$v to $dest"
 }
 
+# jobset_crd VERSION: the JobSet CRD from sigs.k8s.io/jobset's config/components/crd/bases. Sets RESULT to the
+# CRD dir.
+jobset_crd() {
+  local v=$1 dest="$CACHE/jobset-$1/crd" f=jobset.x-k8s.io_jobsets.yaml
+  RESULT=$dest
+  if [[ -f "$dest/$f" ]]; then
+    log "reusing $dest (cached)"
+    return 0
+  fi
+  module_dir "$JOBSET_MODULE" "$v"
+  copy_manifests "$dest" "$RESULT/config/components/crd/bases" "$f"
+  RESULT=$dest
+  log "copied the JobSet CRD of $JOBSET_MODULE@$v to $dest"
+}
+
 # kwok_stages VERSION: KWOK's own Stage manifests (kustomize/stage of sigs.k8s.io/kwok, the "fast" node and pod
 # stages and the node heartbeat with leases), flattened into one directory that gke_sim.py reads. Sets RESULT.
 kwok_stages() {
@@ -258,18 +280,33 @@ kwok_stages() {
   log "copied KWOK $v stages to $dest"
 }
 
-# Sets PROVREQ_VERSION (unless given) to the cluster-autoscaler apis version
-# Kueue $KUEUE_VERSION requires, from its go.mod (kept as $CACHE/kueue-<v>/go.mod).
-provreq_version() {
+# kueue_gomod: Kueue $KUEUE_VERSION's go.mod, kept as $CACHE/kueue-<v>/go.mod. Sets RESULT to its path.
+kueue_gomod() {
   local gomod="$CACHE/kueue-$KUEUE_VERSION/go.mod"
-  if [[ -n "$PROVREQ_VERSION" ]]; then return 0; fi
   if [[ ! -f "$gomod" ]]; then
     module_dir sigs.k8s.io/kueue "$KUEUE_VERSION"
     mkdir -p "$(dirname "$gomod")"
     cp "$RESULT_GOMOD" "$gomod.tmp" && chmod 644 "$gomod.tmp" && mv -f "$gomod.tmp" "$gomod"
   fi
-  PROVREQ_VERSION=$(mod_version "$gomod" "$PROVREQ_MODULE")
-  [[ -n "$PROVREQ_VERSION" ]] || die "Kueue $KUEUE_VERSION's go.mod ($gomod) does not require $PROVREQ_MODULE"
+  RESULT=$gomod
+}
+
+# Sets PROVREQ_VERSION (unless given) to the cluster-autoscaler apis version
+# Kueue $KUEUE_VERSION requires, from its go.mod.
+provreq_version() {
+  if [[ -n "$PROVREQ_VERSION" ]]; then return 0; fi
+  kueue_gomod
+  PROVREQ_VERSION=$(mod_version "$RESULT" "$PROVREQ_MODULE")
+  [[ -n "$PROVREQ_VERSION" ]] || die "Kueue $KUEUE_VERSION's go.mod ($RESULT) does not require $PROVREQ_MODULE"
+}
+
+# Sets JOBSET_VERSION (unless given) to the sigs.k8s.io/jobset version Kueue $KUEUE_VERSION requires, from its
+# go.mod.
+jobset_version() {
+  if [[ -n "$JOBSET_VERSION" ]]; then return 0; fi
+  kueue_gomod
+  JOBSET_VERSION=$(mod_version "$RESULT" "$JOBSET_MODULE")
+  [[ -n "$JOBSET_VERSION" ]] || die "Kueue $KUEUE_VERSION's go.mod ($RESULT) does not require $JOBSET_MODULE"
 }
 
 # --- main ---------------------------------------------------------------------
@@ -278,7 +315,7 @@ want=("$@")
 
 KUBE_APISERVER="" KUBE_CONTROLLER_MANAGER="" KUBE_SCHEDULER="" ETCD="" KUEUE="" KUEUE_CRD_DIR="" KUEUE_CHART=""
 KWOK="" KWOK_STAGES_DIR="" KUBERAY_OPERATOR=""
-KUBERAY_CRD_DIR="" PROVREQ_CRD_DIR=""
+KUBERAY_CRD_DIR="" PROVREQ_CRD_DIR="" JOBSET_CRD_DIR=""
 for c in "${want[@]}"; do
   case "$c" in
     apiserver|kube-apiserver)
@@ -311,7 +348,10 @@ for c in "${want[@]}"; do
       KUBERAY_CRD_DIR=$RESULT
       provreq_version
       provreq_crd "$PROVREQ_VERSION"
-      PROVREQ_CRD_DIR=$RESULT ;;
+      PROVREQ_CRD_DIR=$RESULT
+      jobset_version
+      jobset_crd "$JOBSET_VERSION"
+      JOBSET_CRD_DIR=$RESULT ;;
     *) die "unknown component '$c' (expected: apiserver, controller-manager, scheduler, etcd, kueue, crds, kwok, kuberay)" ;;
   esac
 done
@@ -329,6 +369,7 @@ envfile="$CACHE/bin.env"
     "$KUEUE" "$KUEUE_VERSION" "$KUEUE_CRD_DIR" "$KUEUE_CHART"
   [[ -z "$KUBERAY_CRD_DIR" ]] || printf 'KUBERAY_CRD_DIR=%s\nKUBERAY_VERSION=%s\n' "$KUBERAY_CRD_DIR" "$KUBERAY_VERSION"
   [[ -z "$PROVREQ_CRD_DIR" ]] || printf 'PROVREQ_CRD_DIR=%s\nPROVREQ_VERSION=%s\n' "$PROVREQ_CRD_DIR" "$PROVREQ_VERSION"
+  [[ -z "$JOBSET_CRD_DIR" ]] || printf 'JOBSET_CRD_DIR=%s\nJOBSET_VERSION=%s\n' "$JOBSET_CRD_DIR" "$JOBSET_VERSION"
   [[ -z "$KWOK" ]] || printf 'KWOK=%s\nKWOK_STAGES_DIR=%s\nKWOK_VERSION=%s\n' "$KWOK" "$KWOK_STAGES_DIR" "$KWOK_VERSION"
   [[ -z "$KUBERAY_OPERATOR" ]] || printf 'KUBERAY_OPERATOR=%s\nKUBERAY_OPERATOR_VERSION=%s\n' "$KUBERAY_OPERATOR" "$KUBERAY_VERSION"
 } > "$envfile.tmp"

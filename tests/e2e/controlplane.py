@@ -5,7 +5,7 @@
 
 `ControlPlane` runs `build_components.sh` (which reuses the cached binaries and manifests), then, in a temporary
 directory: etcd and kube-apiserver on 127.0.0.1 free ports, a kube-controller-manager with the controllers the tests
-need, the CRDs of Kueue, KubeRay and the ProvisioningRequest API (copied from their Go modules by
+need, the CRDs of Kueue, KubeRay, the ProvisioningRequest API and JobSet (copied from their Go modules by
 build_components.sh and listed in its bin.env; $TPU_FALLBACK_CRDS or `crd_dirs=` overrides them), Kueue's own
 admission and conversion webhooks rewritten to `url: https://127.0.0.1:<port>/...` (an EndpointSlice may not name a
 loopback address, so a Service cannot lead to Kueue here), and the Kueue controller. It is ready when Kueue's
@@ -103,6 +103,14 @@ RAYJOB_FRAMEWORK = "ray.io/rayjob"
 RAY_CRDS = ("rayjobs.ray.io", "rayclusters.ray.io")  # needed with the RayJob integration
 # Installed before Kueue starts, so its provisioning admission-check controller is set up.
 PROVREQ_CRD = "provisioningrequests.autoscaling.x-k8s.io"
+# Installed before Kueue starts too (every CRD is: they are in the cluster seed). Kueue v0.19.2 sets up an enabled
+# integration whose API the server does not serve yet with its webhook only, and polls for the API with a back-off
+# from 1 s doubling up to 2 min before it starts the integration's controller
+# (pkg/controller/jobframework/setup.go: SetupControllers, WaitForAPI, maxBackoffWaitForIntegration): a JobSet
+# created soon after a late CRD could wait minutes for its Workload. With the CRD in place at start the JobSet
+# controller of Kueue runs at once. Only the CRD: the JobSet controller itself is not built (the tests play it).
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 # kube-controller-manager: only what the harness needs (names as in cmd/kube-controller-manager/names).
 CONTROLLERS = (
     "garbage-collector-controller",
@@ -152,6 +160,7 @@ class Components:
     kueue_crd_dir: Path
     kuberay_crd_dir: Path
     provreq_crd_dir: Path
+    jobset_crd_dir: Path
     kueue_chart: Path
     webhook_manifests: Path
     versions: Mapping[str, str]
@@ -163,7 +172,7 @@ class Components:
 
     KEYS: ClassVar[tuple[str, ...]] = (
         "KUBE_APISERVER", "KUBE_CONTROLLER_MANAGER", "ETCD", "KUEUE",
-        "KUEUE_CRD_DIR", "KUEUE_CHART", "KUBERAY_CRD_DIR", "PROVREQ_CRD_DIR",
+        "KUEUE_CRD_DIR", "KUEUE_CHART", "KUBERAY_CRD_DIR", "PROVREQ_CRD_DIR", "JOBSET_CRD_DIR",
     )
     GKE_KEYS: ClassVar[tuple[str, ...]] = ("KUBE_SCHEDULER", "KWOK", "KWOK_STAGES_DIR", "KUBERAY_OPERATOR")
 
@@ -175,8 +184,8 @@ class Components:
 
     @property
     def crd_dirs(self) -> list[Path]:
-        """The CRDs the harness installs by default: Kueue's, KubeRay's and the ProvisioningRequest CRD."""
-        return [self.kueue_crd_dir, self.kuberay_crd_dir, self.provreq_crd_dir]
+        """The CRDs the harness installs by default: Kueue's, KubeRay's, the ProvisioningRequest CRD and JobSet's."""
+        return [self.kueue_crd_dir, self.kuberay_crd_dir, self.provreq_crd_dir, self.jobset_crd_dir]
 
     @classmethod
     def from_env_file(cls, path: Path) -> Components:
@@ -202,6 +211,7 @@ class Components:
             kueue_crd_dir=crd_dir,
             kuberay_crd_dir=Path(env["KUBERAY_CRD_DIR"]),
             provreq_crd_dir=Path(env["PROVREQ_CRD_DIR"]),
+            jobset_crd_dir=Path(env["JOBSET_CRD_DIR"]),
             kueue_chart=Path(env["KUEUE_CHART"]),
             webhook_manifests=crd_dir.parent / "webhook-manifests.yaml",
             versions={k: v for k, v in env.items() if k.endswith("_VERSION")},
@@ -258,9 +268,10 @@ def check_crd_dirs(dirs: Sequence[Path], source: str) -> None:
 
 def required_crds(frameworks: Sequence[str]) -> list[str]:
     """The CRDs the harness cannot do without: Kueue's conversion-webhook CRDs (its cert rotator waits for them),
-    the ProvisioningRequest CRD, and KubeRay's with the RayJob integration."""
+    the ProvisioningRequest CRD, KubeRay's with the RayJob integration and JobSet's with the JobSet integration."""
     ray = list(RAY_CRDS) if RAYJOB_FRAMEWORK in frameworks else []
-    return [*CONVERSION_CRDS, PROVREQ_CRD, *ray]
+    jobset = [JOBSET_CRD] if JOBSET_FRAMEWORK in frameworks else []
+    return [*CONVERSION_CRDS, PROVREQ_CRD, *ray, *jobset]
 
 
 def load_crds(dirs: Sequence[Path]) -> list[dict[str, Any]]:
@@ -442,7 +453,7 @@ class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + CRDs + Kueue (with webhooks) on 127.0.0.1; a context manager.
 
     `crd_dirs`: where the CRDs come from; None means $TPU_FALLBACK_CRDS if set, else the directories
-    build_components.sh lists in bin.env (KUEUE_CRD_DIR, KUBERAY_CRD_DIR, PROVREQ_CRD_DIR).
+    build_components.sh lists in bin.env (KUEUE_CRD_DIR, KUBERAY_CRD_DIR, PROVREQ_CRD_DIR, JOBSET_CRD_DIR).
     `wait_for_pods_ready`: the Configuration's `waitForPodsReady` block (timeout, blockAdmission,
     requeuingStrategy, ...), e.g. the one a stack's offline plan puts in Kueue's Helm values
     (tests/e2e/fallback_scenarios.py, `kueue_wait_for_pods_ready`); None: Kueue runs without it.
@@ -974,7 +985,7 @@ class ControlPlane:
             raise FileNotFoundError(
                 f"these CRDs are missing from {', '.join(map(str, self.crd_dirs))} (from {self._crd_source}): "
                 f"{', '.join(missing)}; unset {CRDS_ENV} to use the ones build_components.sh copies from the "
-                "Go modules of Kueue, KubeRay and cluster-autoscaler")
+                "Go modules of Kueue, KubeRay, cluster-autoscaler and JobSet")
 
     @staticmethod
     def _wait_crds_served(client: KubeClient, crds: Sequence[Mapping[str, Any]]) -> None:
