@@ -216,7 +216,8 @@ def _metrics_stack() -> ProgramRun:
 def test_pod_monitoring_sends_a_token_bound_to_kueues_metrics_reader_role() -> None:
     run = _metrics_stack()
     objects = run.kubernetes_objects()
-    monitors = [o for o in objects if o["kind"] == "PodMonitoring"]
+    monitors = [o for o in objects if o["kind"] == "PodMonitoring"
+                and o["spec"]["selector"]["matchLabels"].get("control-plane") == "controller-manager"]  # Kueue's
     assert len(monitors) == 4  # manager + 3 workers
     for monitor in monitors:
         (endpoint,) = monitor["spec"]["endpoints"]
@@ -233,7 +234,7 @@ def test_pod_monitoring_sends_a_token_bound_to_kueues_metrics_reader_role() -> N
     readers = [o for o in objects if o["kind"] == "RoleBinding" and o["subjects"][0]["namespace"] == "gmp-system"]
     assert len(readers) == 4 and all(r["subjects"][0]["name"] == "collector" for r in readers)
     roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == "kueue-system"
-             and o["metadata"]["name"] != FALLBACK_CONTROLLER]  # the controller's own: reads its Deployment
+             and o["metadata"]["name"] not in (FALLBACK_CONTROLLER, "tpu-fallback-sweeper")]  # theirs: the Lease
     assert all(r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [account],
                                "verbs": ["get", "list", "watch"]}] for r in roles)
 

@@ -179,8 +179,14 @@ def test_workers_have_the_managers_namespaces_and_local_queues(glob: ProgramRun)
 
 
 def test_kueue_metrics_on_every_cluster(glob: ProgramRun) -> None:
-    monitors = objects_of(glob, "PodMonitoring")
+    every = objects_of(glob, "PodMonitoring")
+    monitors = [(r, o) for r, o in every if o["spec"]["selector"]["matchLabels"].get("control-plane")]
     assert {cluster_of(glob, r) for r, _ in monitors} == {r.inputs["name"] for r in glob.of_type(CLUSTER)}
+    # The fallback controller's own metrics beside Kueue's, on the clusters that run it (plain HTTP, its pods only).
+    controllers = [o for _r, o in every if o not in [m for _, m in monitors]]
+    assert controllers and all(o["spec"]["endpoints"][0]["port"] == "metrics" and o["spec"]["selector"]
+                               ["matchLabels"]["app.kubernetes.io/name"] == "tpu-fallback-controller"
+                               for o in controllers), controllers
     for _, obj in monitors:
         assert obj["apiVersion"] == "monitoring.googleapis.com/v1"
         assert obj["metadata"]["namespace"] == "kueue-system"

@@ -129,8 +129,9 @@ def install_queues(name: str, settings: Settings, on_cluster: pulumi.ResourceOpt
     queues = FallbackQueues(f"{name}-queues", FallbackQueuesArgs(plan=plan, ready=kueue.ready,
                                                                  fallback=fallback is not None), opts=on_cluster)
     if fallback is not None:
-        FallbackController(f"{name}-fallback", FallbackControllerArgs(plan, fallback, settings.system_pool.name,
-                                                                      kueue.ready, kueue.namespace), opts=on_cluster)
+        FallbackController(f"{name}-fallback", FallbackControllerArgs(
+            plan, fallback, settings.system_pool.name, kueue.ready, kueue.namespace,
+            pod_monitoring=settings.kueue.pod_monitoring), opts=on_cluster)
     if settings.kueue.pod_monitoring:
         kueue_metrics(f"{name}-kueue-metrics", kueue, opts=on_cluster)
     return kueue, plan, queues

@@ -5,7 +5,7 @@ pass reads memory and costs the API server nothing, and the loop runs a pass soo
 of changes is one pass) and at least every pollSeconds (its decisions depend on the time: stockoutAfter, the
 cool-down). `ListingView` is the former way, every kind LISTed on every pass: for `--once`, the tests and
 `--list-every-pass` (to compare). Either way all state is in the cluster, so a restart loses nothing; writes go
-straight to the API with the resourceVersion read as a precondition. One replica runs (a Recreate Deployment of 1).
+straight to the API with the resourceVersion read as a precondition. Only the holder of its Lease acts (lease.py).
 
 Two plans (planAFlavors/planBFlavors) keep their Events (PlanAStockOut, PlanAReopened, EvictedFromPlanA,
 MovingToPlanA, MovedToPlanA) and metrics (tpu_fallback_plan_a_*); a ladder ("rungs") writes RungStockOut,

@@ -47,6 +47,7 @@ def main() -> None:
         platform = TpuPlatform(settings.cluster_name, TpuPlatformArgs(settings, apis, egress))
     if settings.kueue.pod_monitoring:
         KueueDashboard(f"{settings.cluster_name}-kueue", KueueDashboardArgs(
-            settings.project, f"Kueue: {settings.cluster_name} (tpu-fallback)", apis, settings.multikueue.enabled))
+            settings.project, f"Kueue: {settings.cluster_name} (tpu-fallback)", apis, settings.multikueue.enabled,
+            fallback=settings.fallback.enabled))
     for name, value in platform.outputs.exports().items():
         pulumi.export(name, value)
