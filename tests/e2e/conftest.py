@@ -31,6 +31,7 @@ SCHEDULE = (
     "test_gke_sim_e2e",  # 219
     "test_ladder_e2e",  # 145
     "test_stockout_moves_e2e",  # 135
+    "test_evidence_v3_e2e",  # 121 alone (2026-12-04)
     "test_fallback_lifecycle_e2e",  # 127
     "test_stockout_fallback_e2e",  # 105
     "test_elastic_e2e",  # 94
