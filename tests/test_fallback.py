@@ -150,7 +150,7 @@ def test_a_job_is_not_moved_back_when(case: str) -> None:
     nodes = [] if case == "no nodes" else [node("on-demand-pool")]
     room = {"on-demand": {**SLICE, "google.com/tpu": Decimal(8)}} if case == "no room" else None
     closed = {"on-demand": T0, "on-demand-2": T0} if case == "plan A closed" else None
-    config = d.Config(**{**CONFIG.__dict__, "reverse_move": case != "move back off"})
+    config = d.Config(**{**CONFIG.__dict__, "move_back": case != "move back off"})
     actions = d.decide(config, snap(T0 + 1, [job], closed, nodes, room))
     assert not any(isinstance(a, d.Deactivate) for a in actions), actions
 
@@ -240,9 +240,9 @@ def test_free_quota_is_nominal_minus_reserved() -> None:
 def test_the_taint_value_is_when_plan_a_closed() -> None:
     flavor = {"metadata": {"name": "on-demand"}, "spec": {"nodeLabels": {POOL: "p"}, "nodeTaints": [
         {"key": "other", "value": "1", "effect": "NoSchedule"},
-        {"key": render.TAINT_KEY, "value": "1764583202", "effect": "NoSchedule"}]}}
-    assert read_flavor(flavor, render.TAINT_KEY).closed_since == 1764583202.0
-    assert read_flavor({"metadata": {"name": "x"}, "spec": {}}, render.TAINT_KEY).closed_since is None
+        {"key": d.TAINT_KEY, "value": "1764583202", "effect": "NoSchedule"}]}}
+    assert read_flavor(flavor, d.TAINT_KEY).closed_since == 1764583202.0
+    assert read_flavor({"metadata": {"name": "x"}, "spec": {}}, d.TAINT_KEY).closed_since is None
 
 
 def test_health_is_the_loops_heartbeat() -> None:
@@ -385,7 +385,7 @@ def test_a_failed_pass_is_counted_and_the_loop_goes_on(caplog: pytest.LogCapture
             stop.set()
             return []
 
-    controller = Failing(None, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+    controller = Failing(None, Settings(CONFIG, poll_interval=0.01))  # type: ignore[arg-type]
     controller.run(stop)
     assert controller.metrics.values["tpu_fallback_reconcile_errors_total"] == 2
     busy, denied = (r for r in caplog.records if "reconcile" in r.getMessage())
@@ -575,7 +575,7 @@ def controller_on(kube: FakeKube) -> Any:
     from tpu_fallback.fallback.config import Settings
     from tpu_fallback.fallback.controller import Controller
 
-    return Controller(kube, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+    return Controller(kube, Settings(CONFIG, poll_interval=0.01))  # type: ignore[arg-type]
 
 
 def taints(kube: FakeKube, flavor: str) -> list[dict[str, Any]]:
@@ -671,7 +671,7 @@ def test_passes_that_keep_failing_still_reopen_plan_a_once_its_cool_down_passed(
                 if not kube.failures[("LIST", workloads)]:
                     stop.set()
 
-    controller = FailingPasses(kube, Settings(CONFIG, poll_seconds=0.01))  # type: ignore[arg-type]
+    controller = FailingPasses(kube, Settings(CONFIG, poll_interval=0.01))  # type: ignore[arg-type]
     controller.run(stop)
     assert controller.metrics.values["tpu_fallback_reconcile_errors_total"] == 3
     for name in CONFIG.plan_a_flavors:
@@ -710,7 +710,7 @@ def test_on_its_way_out_the_controller_releases_plan_a_unless_the_same_deploymen
     for obj in (evicting, users):
         obj["spec"]["active"] = False
     kube.objects["/apis/kueue.x-k8s.io/v1beta2/workloads"] = [evicting, users]
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01,  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(CONFIG, poll_interval=0.01,  # type: ignore[arg-type]
                                            deployment="kueue-system/tpu-fallback-controller"))
     if state == "own Deployment unread at start":
         kube.failures[("GET", DEPLOYMENT)] = [KubeError(503, "GET", DEPLOYMENT, "unavailable")]

@@ -246,8 +246,8 @@ def test_a_job_waiting_for_one_reservations_scale_up_is_not_moved_to_another_wit
 
 
 def write_config(tmp_path: Path, **keys: Any) -> Path:
-    raw = {"stockoutAfterSeconds": 600, "coolDownSeconds": 1800, "pollSeconds": 5, "taintKey": "t",
-           "metricsPort": 0, "reverseMove": True, **keys}
+    raw = {"stockoutAfterSeconds": 600, "coolDownSeconds": 1800, "pollIntervalSeconds": 5, "taintKey": "t",
+           "metricsPort": 0, "moveBack": True, **keys}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))
     return path
@@ -336,7 +336,7 @@ def ladder_cluster() -> FakeKube:
 def test_a_stock_out_on_on_demand_taints_its_flavor_only_with_rung_events_and_metrics() -> None:
     kube = ladder_cluster()
     metrics = Metrics()
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(CONFIG, poll_interval=0.01), metrics)  # type: ignore[arg-type]
     actions = controller.reconcile(now=parse_now("2026-12-01T10:00:40Z"))
     assert [type(a).__name__ for a in actions] == ["ClosePlanA", "Evict"]
     assert taints(kube, "on-demand")[0] == ADMIN_TAINT and taints(kube, "on-demand")[1]["key"] == CONFIG.taint_key
@@ -357,7 +357,7 @@ def test_the_sweep_reopens_each_rung_whose_cool_down_passed() -> None:
         kube.objects[f"{FLAVORS}/{name}"]["spec"]["nodeTaints"].append(
             {"key": CONFIG.taint_key, "value": str(int(at)), "effect": "NoSchedule"})
     metrics = Metrics()
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(CONFIG, poll_interval=0.01), metrics)  # type: ignore[arg-type]
     assert controller.sweep(now=T0 + 1800) == ["on-demand"]
     assert taints(kube, "on-demand") == [ADMIN_TAINT] and taints(kube, "spot")[-1]["key"] == CONFIG.taint_key
     assert metrics.values['tpu_fallback_rung_reopens_total{rung="onDemand"}'] == 1
@@ -368,7 +368,7 @@ def test_two_plans_keep_todays_metric_names_and_no_rung_series() -> None:
     from tests.test_fallback import CONFIG as TWO_PLANS
 
     metrics = Metrics()
-    Controller(FakeKube({}), Settings(TWO_PLANS, poll_seconds=0.01), metrics)  # type: ignore[arg-type]
+    Controller(FakeKube({}), Settings(TWO_PLANS, poll_interval=0.01), metrics)  # type: ignore[arg-type]
     text = metrics.text()
     assert "tpu_fallback_plan_a_closed 0" in text and "tpu_fallback_moves_to_plan_a_total 0" in text
     assert "rung" not in text
@@ -426,10 +426,10 @@ def test_a_move_up_on_a_ladder_is_two_patches_with_the_ladders_events_and_counte
                                   {"name": "google.com/tpu", "nominalQuota": "16"}]} for f in POOLS]}]}}
     kube.objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"] = [cq]
     if reserved:  # without the flag nothing moves to a pool without a Ready node
-        unflagged = Controller(kube, Settings(CONFIG, poll_seconds=0.01), Metrics())  # type: ignore[arg-type]
+        unflagged = Controller(kube, Settings(CONFIG, poll_interval=0.01), Metrics())  # type: ignore[arg-type]
         assert unflagged.reconcile(now=parse_now("2026-12-01T10:01:00Z")) == []
     metrics = Metrics()
-    controller = Controller(kube, Settings(RESERVED if reserved else CONFIG, poll_seconds=0.01),  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(RESERVED if reserved else CONFIG, poll_interval=0.01),  # type: ignore[arg-type]
                             metrics)
     (move,) = controller.reconcile(now=parse_now("2026-12-01T10:01:00Z"))
     assert isinstance(move, d.Deactivate) and (move.target, move.rung) == ("reservation", "reservation")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -18,9 +19,12 @@ from tpu_fallback.fallback import sweep
 from tpu_fallback.fallback.config import Settings
 from tpu_fallback.fallback.kube import Kube, KubeError
 from tpu_fallback.fallback.lease import LeaseRef, micro_time
+from tpu_fallback.model.queues import queue_plan
+from tpu_fallback.model.settings import FallbackSettings, parse_settings
+from tpu_fallback.render import fallback as render
 
 REF = LeaseRef("kueue-system", "tpu-fallback-controller")
-SETTINGS = Settings(CONFIG, poll_seconds=5.0, deployment="kueue-system/tpu-fallback-controller")
+SETTINGS = Settings(CONFIG, poll_interval=5.0, deployment="kueue-system/tpu-fallback-controller")
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 CLOSED_AT = 1_764_583_200.0  # 2025-12-01T10:00:00Z
 
@@ -182,21 +186,29 @@ def test_a_workload_that_changed_since_it_was_read_is_left_for_the_next_sweep_an
 
 def test_the_grace_is_two_passes_and_never_under_ten_seconds() -> None:
     assert sweep.grace(SETTINGS) == 10.0
-    assert sweep.grace(Settings(CONFIG, poll_seconds=30.0)) == 60.0
+    assert sweep.grace(Settings(CONFIG, poll_interval=30.0)) == 60.0
     assert sweep.stamp_of("2025-12-01T10:00:00Z to on-demand") == CLOSED_AT
     assert sweep.stamp_of("yes") is None
+
+
+def render_config() -> dict[str, Any]:
+    """The dev stack's config.json, as the infra program renders it."""
+    return render.controller_config(queue_plan(parse_settings({}, "my-project")), FallbackSettings())
 
 
 def test_main_reads_the_lease_named_in_the_config_and_exits_non_zero_on_an_error(tmp_path: Path) -> None:
     other = LeaseRef("elsewhere", "my-lease")
     kube = cluster([])
     kube.objects[other.path] = {"metadata": {"name": other.name}, "spec": lease(renewed=9e9)}  # live, far ahead
-    raw = {"lease": {"namespace": other.namespace, "name": other.name}}
-    assert sweep.main(as_kube(kube), SETTINGS, raw) == 0 and writes(kube) == []
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**render_config(), "lease": {"namespace": other.namespace, "name": other.name}}))
+    settings = Settings.from_file(path)
+    assert settings.lease == other
+    assert sweep.main(as_kube(kube), settings) == 0 and writes(kube) == []
     failing = cluster([])
     failing.failures[("PUT", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/on-demand")] = [
         KubeError(403, "PUT", "resourceflavors/on-demand", "forbidden")]
-    assert sweep.main(as_kube(failing), SETTINGS, json.loads(json.dumps(raw))) == 1
+    assert sweep.main(as_kube(failing), replace(settings, lease=REF)) == 1
 
 
 # --- what ships: the CronJob, its RBAC, the PriorityClass, the Deployment's lease and grace -------------------------

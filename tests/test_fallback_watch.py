@@ -467,7 +467,7 @@ def test_the_informers_keep_no_managed_fields_pod_templates_or_node_images() -> 
 def test_a_pass_on_the_watching_view_lists_nothing_and_writes_with_the_resource_versions_read() -> None:
     api = FakeApi(cluster())
     kube = _FakeKube({f"{FLAVORS}/{o['metadata']['name']}": o for o in copy.deepcopy(api.collections[FLAVORS])})
-    controller = Controller(kube, Settings(CONFIG, poll_seconds=0.01), view=synced_view(api))  # type: ignore[arg-type]
+    controller = Controller(kube, Settings(CONFIG, poll_interval=0.01), view=synced_view(api))  # type: ignore[arg-type]
     actions = controller.reconcile(now=NOW)
     assert [type(a).__name__ for a in actions] == ["ClosePlanA", "Evict"]
     assert not [c for c in kube.calls if c[0] == "LIST"], kube.calls
@@ -541,7 +541,7 @@ def test_a_kind_not_listed_yet_skips_the_pass_counts_it_and_the_sweep_still_reop
             stop.set()  # the loop ends after this pass
             return super().reconcile(now)
 
-    controller = OnePass(kube, Settings(CONFIG, poll_seconds=0.01), view=view)  # type: ignore[arg-type]
+    controller = OnePass(kube, Settings(CONFIG, poll_interval=0.01), view=view)  # type: ignore[arg-type]
     controller.run(stop)
     assert controller.metrics.values["tpu_fallback_reconcile_errors_total"] == 1
     assert controller.metrics.values["tpu_fallback_reconcile_passes_total"] == 0

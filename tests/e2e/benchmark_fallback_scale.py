@@ -18,7 +18,7 @@ scheduler, no KWOK, no KubeRay) with:
   default-cpu quota of the head pods caps them), the others stay queued.
 
 Then the controller runs as its pod would (the ConfigMap's files, the container's command; `--list-every-pass`
-added for the listing mode), with the plan's ServiceAccount token and pollSeconds (5 s unless `--poll`), and is
+added for the listing mode), with the plan's ServiceAccount token and pollIntervalSeconds (5 s unless `--poll`), and is
 measured over two windows of `--window` seconds:
 
 - steady: nothing happens (Kueue is settled before the controller starts);
@@ -395,11 +395,11 @@ def run_mode(mode: str, args: argparse.Namespace) -> Result:
         files, container = fs.controller_bundle(infra)
         config = json.loads(files[fs.CONTROLLER_CONFIG_KEY])
         if args.poll is not None:
-            config["pollSeconds"] = args.poll
+            config["pollIntervalSeconds"] = args.poll
             files = {**files, fs.CONTROLLER_CONFIG_KEY: json.dumps(config)}
         if mode == "list":
             container = {**container, "command": [*container["command"], "--list-every-pass"]}
-        setup["pollSeconds"] = config["pollSeconds"]
+        setup["pollIntervalSeconds"] = config["pollIntervalSeconds"]
         controller = fs.Controller((files, container), kubeconfig, plane.workdir, name=f"controller-{mode}")
         plan_a = next(w for w in workloads if tpu_flavor(w) in config["planAFlavors"])
         rayjob = client.get("ray.io/v1", "RayJob", plan_a["metadata"]["ownerReferences"][0]["name"], "default")
@@ -433,8 +433,8 @@ def print_table(results: Sequence[Result], args: argparse.Namespace) -> None:
     columns = [(f"{r.mode} {phase}", getattr(r, phase)) for phase in ("steady", "stockout") for r in results]
     rows = list(results[0].steady)
     width = max(len(r) for r in rows) + 2
-    print(f"\n{args.nodes} nodes, {args.jobs} RayJobs, windows of {args.window:.0f} s; controller pollSeconds "
-          f"{results[0].setup['pollSeconds']}; list = --list-every-pass, watch = informers")
+    print(f"\n{args.nodes} nodes, {args.jobs} RayJobs, windows of {args.window:.0f} s; controller pollIntervalSeconds "
+          f"{results[0].setup['pollIntervalSeconds']}; list = --list-every-pass, watch = informers")
     print("".ljust(width) + "".join(name.rjust(16) for name, _ in columns))
     for row in rows:
         print(row.ljust(width) + "".join(_cell(values[row]).rjust(16) for _, values in columns))
@@ -456,7 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--window", type=float, default=60.0, help="seconds of each measured window")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds after the first pass before measuring")
-    parser.add_argument("--poll", type=float, default=None, help="the controller's pollSeconds (default: the plan's)")
+    parser.add_argument("--poll", type=float, default=None,
+                        help="the controller's pollIntervalSeconds (default: the plan's)")
     parser.add_argument("--modes", default="list,watch", help="comma-separated: list, watch")
     args = parser.parse_args(argv)
     results = []

@@ -156,7 +156,7 @@ class Bounds:
         return cls(
             stockout_after=float(config["stockoutAfterSeconds"]),
             cool_down=float(config["coolDownSeconds"]),
-            poll=float(config["pollSeconds"]),
+            poll=float(config["pollIntervalSeconds"]),
             pods_ready_timeout=parse_duration(wait_for_pods_ready["timeout"]),
             backoff_base=float(strategy.get("backoffBaseSeconds", 60)),  # Kueue's default
             dws_provision=sim_timings.dws_provision * real_per_sim,

@@ -7,7 +7,6 @@ it, and losing it stops the loop and exits 1 (Kubernetes restarts the container,
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -19,7 +18,7 @@ from types import FrameType
 from tpu_fallback.fallback.config import Settings
 from tpu_fallback.fallback.controller import Controller
 from tpu_fallback.fallback.kube import Kube
-from tpu_fallback.fallback.lease import Lease, LeaseRef
+from tpu_fallback.fallback.lease import Lease
 from tpu_fallback.fallback.metrics import Metrics, serve_metrics
 from tpu_fallback.fallback.sweep import main as sweep_main
 from tpu_fallback.fallback.view import ListingView, WatchingView
@@ -39,11 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_file(args.config)
-    raw = json.loads(args.config.read_text())  # the keys config.py does not read: "lease"
     metrics = Metrics()
     kube = Kube.from_kubeconfig(args.kubeconfig) if args.kubeconfig else Kube.in_cluster()
     if args.sweep:
-        return sweep_main(kube, settings, raw)
+        return sweep_main(kube, settings)
     kube.on_request = lambda verb: metrics.add("tpu_fallback_api_requests_total", verb=verb)
     if args.once:
         Controller(kube, settings, metrics, ListingView(kube, settings.node_selector)).reconcile()
@@ -52,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         WatchingView(kube, metrics, settings.node_selector)
     controller = Controller(kube, settings, metrics, view)
     if settings.metrics_port:
-        serve_metrics(controller.metrics, settings.metrics_port, max_age=max(60.0, 10 * settings.poll_seconds))
+        serve_metrics(controller.metrics, settings.metrics_port, max_age=max(60.0, 10 * settings.poll_interval))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -63,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     out = logging.getLogger("tpu-fallback")
-    ref = LeaseRef.from_config(raw, settings.deployment)
-    lease = Lease(kube.fork(), ref) if ref is not None else None
+    lease = Lease(kube.fork(), settings.lease) if settings.lease is not None else None
     lost: list[str] = []
     renewing = threading.Event()  # set: the renew thread ends (after the way out, which still holds the lease)
     if lease is not None:
@@ -93,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "watching %s: stockoutAfter %ss, coolDown %ss, every %ss (reading the cluster %s)",
         f"plan A {list(settings.decide.plan_a_flavors)} -> plan B {list(settings.decide.plan_b_flavors)}"
         if settings.decide.two_plans else f"the ladder {ladder}",
-        settings.decide.stockout_after, settings.decide.cool_down, settings.poll_seconds,
+        settings.decide.stockout_after, settings.decide.cool_down, settings.poll_interval,
         "with LISTs every pass" if args.list_every_pass else "by watching it, a pass on each change")
     if isinstance(view, WatchingView) and not view.start():
         out.warning("not every kind listed yet: passes wait for them (and count)")

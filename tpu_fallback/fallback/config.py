@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from tpu_fallback.fallback import decide as d
+from tpu_fallback.fallback.lease import LeaseRef
 
 
 @dataclass(frozen=True)
 class Settings:
     decide: d.Config
-    poll_seconds: float = 5.0
+    poll_interval: float = 5.0
     metrics_port: int = 9090  # 0: no metrics endpoint
     # The controller's own Deployment ("namespace/name"): when it is deleted or scaled to zero, the controller
     # reopens plan A on its way out, so no taint outlives it. None: run outside a Deployment (tests, --once).
@@ -23,6 +24,8 @@ class Settings:
     # A label selector for the nodes of plan A's pools, the only nodes decide.py looks at (render/fallback.py
     # derives it from the plan A flavors' nodeLabels); None: every node is read.
     node_selector: str | None = None
+    # The Lease only whose holder acts (lease.py; "lease", else named after the Deployment); None: no lease.
+    lease: LeaseRef | None = None
 
     @classmethod
     def from_file(cls, path: Path) -> Settings:
@@ -46,11 +49,12 @@ class Settings:
             decide=d.Config(
                 plan_a_flavors=plan_a, plan_b_flavors=plan_b,
                 stockout_after=float(raw["stockoutAfterSeconds"]), cool_down=float(raw["coolDownSeconds"]),
-                taint_key=str(raw["taintKey"]), reverse_move=bool(raw["reverseMove"]), rungs=rungs,
+                taint_key=str(raw["taintKey"]), move_back=bool(raw["moveBack"]), rungs=rungs,
                 plan_a_reserved=plan_a_reserved,
             ),
-            poll_seconds=float(raw["pollSeconds"]), metrics_port=int(raw["metricsPort"]),
+            poll_interval=float(raw["pollIntervalSeconds"]), metrics_port=int(raw["metricsPort"]),
             deployment=raw.get("deployment"), node_selector=node_selector,
+            lease=LeaseRef.from_config(raw, raw.get("deployment")),
         )
 
 

@@ -2,7 +2,7 @@
 
 It reads the cluster from informers (watch.py, `WatchingView`): each kind is listed once and then watched, so a
 pass reads memory and costs the API server nothing, and the loop runs a pass soon after something changed (a burst
-of changes is one pass) and at least every pollSeconds (its decisions depend on the time: stockoutAfter, the
+of changes is one pass) and at least every pollIntervalSeconds (its decisions depend on the time: stockoutAfter, the
 cool-down). `ListingView` is the former way, every kind LISTed on every pass: for `--once`, the tests and
 `--list-every-pass` (to compare). Either way all state is in the cluster, so a restart loses nothing; writes go
 straight to the API with the resourceVersion read as a precondition. Only the holder of its Lease acts (lease.py).
@@ -100,17 +100,17 @@ class Controller:
                 self.metrics.add("tpu_fallback_reconcile_errors_total")
                 if isinstance(err, NotSyncedError) or (
                         isinstance(err, KubeError) and (err.status == 429 or err.status >= 500)):
-                    log.warning("reconcile skipped (%s); retrying in %ss", err, self.settings.poll_seconds)
+                    log.warning("reconcile skipped (%s); retrying in %ss", err, self.settings.poll_interval)
                 else:
-                    log.exception("reconcile failed; retrying in %ss", self.settings.poll_seconds)
+                    log.exception("reconcile failed; retrying in %ss", self.settings.poll_interval)
                 # Passes that keep failing (an API the controller cannot read) must not keep plan A closed
                 # past its cool-down: the reopen needs only the flavors.
                 self._sweep_quietly()
             self.metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", time.time())
             if failed:  # not sooner on a change: a view that cannot be read would fail (and log) on every change
-                stop.wait(self.settings.poll_seconds)
+                stop.wait(self.settings.poll_interval)
             else:
-                self.view.wait(stop, self.settings.poll_seconds)
+                self.view.wait(stop, self.settings.poll_interval)
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Remove our taint from every flavor (of every rung not queued: plan A's) whose cool-down has passed,

@@ -40,6 +40,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+# Our NoSchedule taint on a closed rung's ResourceFlavors; its value: when the rung closed (unix seconds). One home
+# for the controller and the renderer (render/fallback.py writes it into config.json's "taintKey").
+TAINT_KEY = "tpu-fallback.dev/plan-a-stockout"
 # The Workload annotations of a move back to plan A: "moving" while it is deactivated, "moved" once done.
 MOVING_ANNOTATION = "tpu-fallback.dev/moving-to-plan-a"
 MOVED_ANNOTATION = "tpu-fallback.dev/moved-to-plan-a"
@@ -82,8 +85,8 @@ class Config:
     plan_b_flavors: tuple[str, ...]
     stockout_after: float  # seconds
     cool_down: float  # seconds
-    taint_key: str = "tpu-fallback.dev/plan-a-stockout"
-    reverse_move: bool = True
+    taint_key: str = TAINT_KEY
+    move_back: bool = True  # fallback.moveBack
     # A capacity ladder, most preferred first; empty: the two rungs plan A (not queued) and plan B (queued).
     rungs: tuple[Rung, ...] = ()
     # Two plans: plan A's pools consume a specific reservation (onDemand.reservation), so plan A is a reserved rung.
@@ -280,7 +283,7 @@ def decide(config: Config, snap: Snapshot) -> list[Action]:
         if is_closed:
             closed.add(rung.name)
     moves: list[Action] = []
-    if config.reverse_move:
+    if config.move_back:
         leaving = {(a.namespace, a.name) for a in evictions if isinstance(a, Evict)}
         moves = _moves_up(config, snap, closed, leaving)
     return taints + evictions + moves + _finish_moves(config, snap) + _deactivated_by_kueue(config, snap)

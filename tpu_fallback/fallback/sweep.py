@@ -27,7 +27,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from tpu_fallback.fallback import decide as d
 from tpu_fallback.fallback.config import Settings
@@ -40,7 +39,7 @@ log = logging.getLogger("tpu-fallback")
 
 COMPONENT = "tpu-fallback-sweeper"  # its Events' source
 GRACE_POLLS = 2  # a deactivated Workload younger than this many of the controller's passes is left alone
-MIN_GRACE = 10.0  # seconds, whatever pollSeconds says
+MIN_GRACE = 10.0  # seconds, whatever pollIntervalSeconds says
 OURS = (d.EVICTING_ANNOTATION, d.MOVING_ANNOTATION)
 
 
@@ -56,7 +55,7 @@ class Swept:
 
 
 def grace(settings: Settings) -> float:
-    return max(MIN_GRACE, GRACE_POLLS * settings.poll_seconds)
+    return max(MIN_GRACE, GRACE_POLLS * settings.poll_interval)
 
 
 def stamp_of(value: str) -> float | None:
@@ -143,9 +142,8 @@ def sweep(kube: Kube, settings: Settings, ref: LeaseRef | None, now: float | Non
     return swept
 
 
-def main(kube: Kube, settings: Settings, raw: Mapping[str, Any]) -> int:
-    ref = LeaseRef.from_config(raw, settings.deployment)
-    swept = sweep(kube, settings, ref)
+def main(kube: Kube, settings: Settings) -> int:
+    swept = sweep(kube, settings, settings.lease)
     if swept.holder is not None:
         log.info("sweep: the controller %s holds the lease; nothing to do", swept.holder)
         return 0

@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+from tpu_fallback.fallback.decide import TAINT_KEY
+from tpu_fallback.fallback.lease import DURATION as LEASE_DURATION
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
 from tpu_fallback.model.labels import NODEPOOL_LABEL
 from tpu_fallback.model.queues import QueuePlan
@@ -20,13 +22,11 @@ from tpu_fallback.render.kueue import KUEUE_NAMESPACE
 
 NAME = "tpu-fallback-controller"
 NAMESPACE = KUEUE_NAMESPACE
-TAINT_KEY = "tpu-fallback.dev/plan-a-stockout"
 METRICS_PORT = 9090
 MOUNT = "/opt/tpu-fallback"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "tpu-fallback"}
 SWEEPER = "tpu-fallback-sweeper"  # its CronJob, ServiceAccount, roles and bindings
 SWEEPER_LABELS = {"app.kubernetes.io/name": SWEEPER, "app.kubernetes.io/part-of": "tpu-fallback"}
-LEASE_SECONDS = 15  # the Lease's duration (fallback/lease.py DURATION, client-go's default)
 # The way out after SIGTERM: the loop's pass in progress, then reopening every closed flavor (a GET and a PUT each)
 # and queueing again the Workloads it deactivated (a LIST and a PATCH each), each call bounded by the client's 30 s
 # timeout. 60 s leaves room for that on a slow API server; the default 30 s did not.
@@ -73,13 +73,13 @@ def controller_config(plan: QueuePlan, fallback: FallbackSettings) -> dict[str, 
         **rungs,
         "stockoutAfterSeconds": fallback.stockout_after,
         "coolDownSeconds": fallback.cool_down,
-        "pollSeconds": fallback.poll_interval,
+        "pollIntervalSeconds": fallback.poll_interval,
         "taintKey": TAINT_KEY,
         "metricsPort": METRICS_PORT,
-        "reverseMove": fallback.reverse_move,
+        "moveBack": fallback.move_back,
         "deployment": f"{NAMESPACE}/{NAME}",
         # One acting replica (fallback/lease.py); the sweeper reads it too: a live holder keeps it from acting.
-        "lease": {"namespace": NAMESPACE, "name": NAME, "durationSeconds": LEASE_SECONDS},
+        "lease": {"namespace": NAMESPACE, "name": NAME, "durationSeconds": LEASE_DURATION},
     }
 
 

@@ -61,7 +61,7 @@ class FallbackSettings:
     cool_down: int = COOL_DOWN
     requeue_backoff: int = REQUEUE_BACKOFF
     poll_interval: int = POLL_INTERVAL
-    reverse_move: bool = True  # move a job waiting for DWS capacity to plan A when plan A has room and nodes
+    move_back: bool = True  # move a job waiting for DWS capacity to plan A when plan A has room and nodes
     image: str = DEFAULT_FALLBACK_IMAGE
 
     @property
@@ -132,7 +132,7 @@ def parse_fallback(value: Any, kueue: KueueSettings, both_plans: bool) -> Fallba
         requeue_backoff=duration("fallback.requeueBackoff", obj.get("requeueBackoff", f"{d.requeue_backoff}s"), 1,
                                  3600),
         poll_interval=poll,
-        reverse_move=boolean("fallback.moveBack", obj.get("moveBack", d.reverse_move)),
+        move_back=boolean("fallback.moveBack", obj.get("moveBack", d.move_back)),
         image=image,
     )
 
