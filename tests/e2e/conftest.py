@@ -29,6 +29,7 @@ SCHEDULE = (
     "test_engine_e2e",  # 280 with the examples' half, now test_engine_examples_e2e
     "test_stockout_evidence_e2e",  # 228
     "test_gke_sim_e2e",  # 219
+    "test_evidence_ladder_e2e",  # about 180 (measured alone beside a CPU busy loop: a 90 s slice, then a 32 s one)
     "test_ladder_e2e",  # 145
     "test_stockout_moves_e2e",  # 135
     "test_evidence_v3_e2e",  # 121 alone (2026-12-04)
