@@ -21,7 +21,6 @@ from tpu_fallback.fallback.metrics import Metrics
 from tpu_fallback.fallback.read import free_quota, provisioned_owners, read_flavor, read_workload
 from tpu_fallback.model.settings import COOL_DOWN, STOCKOUT_AFTER, FallbackSettings, parse_settings
 from tpu_fallback.model.validation import ConfigError
-from tpu_fallback.render import fallback as render
 from tpu_fallback.render.files import CONTROLLER_SOURCES, PACKAGE
 
 CONFIG = d.Config(plan_a_flavors=("on-demand", "on-demand-2"), plan_b_flavors=("dws",), stockout_after=600,
@@ -247,10 +246,16 @@ def test_the_taint_value_is_when_plan_a_closed() -> None:
 
 def test_health_is_the_loops_heartbeat() -> None:
     metrics = Metrics()
-    assert metrics.healthy(60, now=metrics.started + 59)
-    assert not metrics.healthy(60, now=metrics.started + 61)
-    metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", metrics.started + 100)
-    assert metrics.healthy(60, now=metrics.started + 150)
+    start = time.monotonic()
+    assert metrics.healthy(60, now=start + 59)
+    assert not metrics.healthy(60, now=start + 61)
+    metrics.beat()
+    beat = time.monotonic()
+    assert metrics.healthy(60, now=beat + 59) and not metrics.healthy(60, now=beat + 61)
+    # Wall time in the exported series; the age is not read from it (a stepped wall clock changes nothing).
+    assert abs(metrics.values["tpu_fallback_loop_heartbeat_timestamp_seconds"] - time.time()) < 60
+    metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", 0)
+    assert metrics.healthy(60, now=beat + 59)
     assert "tpu_fallback_plan_a_closes_total 0" in metrics.text()
 
 

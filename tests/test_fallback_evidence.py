@@ -425,3 +425,24 @@ def test_a_workload_a_person_deactivated_is_left_alone() -> None:
     obj = deactivated_by_kueue("j", NOW - 4000)
     obj["status"]["conditions"][1].update(reason="Deactivated", message="The workload is deactivated")
     assert [a for a in decide_on(workloads=[obj], pods=[]) if isinstance(a, d.Revive | d.TellDeactivation)] == []
+
+
+def test_a_later_not_triggered_ends_a_scale_up_under_way_for_the_pod() -> None:
+    """The autoscaler writes NotTriggerScaleUp only for a pod no upcoming node can take: another pod took the
+    slice under way, and this one waits for nothing."""
+    worker = tpu_pod("w-0", owners=[{"kind": "Job", "name": "train", "uid": "job-uid"}])
+    wl = [workload_of("job-train", "Job", "train", "job-uid")]
+    found = read([worker], [event(worker, "TriggeredScaleUp", TRIGGERED, NOW - 700),
+                            event(worker, "NotTriggerScaleUp", "Pod didn't trigger scale-up: 1 max node group size "
+                                                               "reached", NOW - 600)], wl)
+    assert found.of("default", "job-train").scale_up_since is None
+
+
+def test_a_registering_node_with_the_not_ready_taint_is_capacity_on_its_way() -> None:
+    job = kueue_workload("job-a", "on-demand", owner=("Job", "a", "job-a"), admitted=NOW - 1200)
+    worker = tpu_pod("a-0", owners=[{"kind": "Job", "name": "a", "uid": "job-a"}])
+    registering = tpu_node("n0", "on-demand-pool", ready=False, created=NOW - 30)
+    registering["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    assert closes(decide_on(workloads=[job], pods=[worker], nodes=[registering])) == []
+    registering["spec"]["taints"].append({"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"})
+    assert closes(decide_on(workloads=[job], pods=[worker], nodes=[registering])) == ["onDemand"]

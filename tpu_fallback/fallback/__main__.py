@@ -11,7 +11,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if lease is not None:
         # A standby's heartbeat: its liveness probe must pass while it waits (the loop has not started).
         def beat() -> None:
-            metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", time.time())
+            metrics.beat()
 
         if not lease.acquire(stop, waiting=beat):
             out.info("stopped while waiting for the lease; nothing was done")

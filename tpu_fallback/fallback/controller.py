@@ -106,7 +106,7 @@ class Controller:
                 # Passes that keep failing (an API the controller cannot read) must not keep plan A closed
                 # past its cool-down: the reopen needs only the flavors.
                 self._sweep_quietly()
-            self.metrics.set("tpu_fallback_loop_heartbeat_timestamp_seconds", time.time())
+            self.metrics.beat()
             if failed:  # not sooner on a change: a view that cannot be read would fail (and log) on every change
                 stop.wait(self.settings.poll_interval)
             else:

@@ -260,7 +260,7 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
     pending = {(p.namespace, p.name): p for p in read_pods if p.unschedulable}
 
     # Per pending pod: GKE's words on it, in time order.
-    failed_at: dict[tuple[str, str], float] = {}  # the last FailedScaleUp of any kind
+    failed_at: dict[tuple[str, str], float] = {}  # the last FailedScaleUp or NotTriggerScaleUp of any kind
     no_capacity: dict[tuple[str, str], tuple[float, str]] = {}  # the first fresh no-capacity one, and its words
     backoff_at: dict[tuple[str, str], float] = {}  # the last back-off message
     triggered_at: dict[tuple[str, str], float] = {}
@@ -283,6 +283,10 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
                     no_capacity[key] = (first, message)
                 memory.no_capacity_seen[pod.flavor] = max(memory.no_capacity_seen.get(pod.flavor, 0.0), last)
         elif reason == SCALE_UP_NOT_TRIGGERED:
+            # Whatever its reasons, the pod is not waiting for a scale-up under way then: the autoscaler writes it
+            # only for pods no upcoming node can take (kubernetes-sigs/cluster-autoscaler
+            # pkg/processors/status/eventing_scale_up_processor.go).
+            failed_at[key] = max(failed_at.get(key, 0.0), last)
             if gke.read_not_triggered(message).in_backoff > 0:
                 backoff_at[key] = max(backoff_at.get(key, 0.0), last)
         elif reason == SCALE_UP_TRIGGERED:

@@ -26,6 +26,10 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.started = time.time()
+        # The heartbeat's age is measured on the monotonic clock: a wall clock stepped back or forth (NTP) must
+        # neither fail the liveness probe nor hide a stalled loop. The exported timestamp stays wall time.
+        self._started_mono = time.monotonic()
+        self._beat_mono: float | None = None
         self.values: dict[str, float] = {
             "tpu_fallback_plan_a_closed": 0, "tpu_fallback_plan_a_closes_total": 0,
             "tpu_fallback_plan_a_reopens_total": 0, "tpu_fallback_moves_to_plan_a_total": 0,
@@ -67,11 +71,18 @@ class Metrics:
         with self._lock:
             self.values[self.key(name, **labels)] = value
 
+    def beat(self) -> None:
+        """The loop went round (or a standby waited for the Lease): the heartbeat, on both clocks."""
+        with self._lock:
+            self._beat_mono = time.monotonic()
+            self.values["tpu_fallback_loop_heartbeat_timestamp_seconds"] = time.time()
+
     def healthy(self, max_age: float, now: float | None = None) -> bool:
-        """The loop went round within `max_age` seconds (or the process is younger than that). A heartbeat, not the
-        API server's health: a control-plane upgrade makes passes fail, and restarting the pod would not help."""
-        now = time.time() if now is None else now
-        last = self.values["tpu_fallback_loop_heartbeat_timestamp_seconds"] or self.started
+        """The loop went round within `max_age` seconds (or the process is younger than that), by the monotonic
+        clock (`now`: a monotonic reading, for tests). A heartbeat, not the API server's health: a control-plane
+        upgrade makes passes fail, and restarting the pod would not help."""
+        now = time.monotonic() if now is None else now
+        last = self._beat_mono if self._beat_mono is not None else self._started_mono
         return now - last <= max_age
 
     def text(self) -> str:

@@ -147,9 +147,9 @@ def held_quota(workloads: Iterable[d.Workload]) -> dict[str, dict[str, dict[str,
 
 
 # Taints that take a node out of service, whatever it holds: the autoscaler removing it (cluster-autoscaler's
-# ToBeDeletedByClusterAutoscaler), the node lifecycle controller's, and a cordon's.
-_OUT_OF_SERVICE = ("ToBeDeletedByClusterAutoscaler", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                   "node.kubernetes.io/unschedulable")
+# ToBeDeletedByClusterAutoscaler) and a cordon's. Not the node lifecycle controller's not-ready taint: a node that
+# registers carries it until its kubelet reports Ready, and such a node is capacity on its way (decide.scaling_up).
+_OUT_OF_SERVICE = ("ToBeDeletedByClusterAutoscaler", "node.kubernetes.io/unschedulable")
 
 
 def read_node(obj: Mapping[str, Any], tpu_in_use: Mapping[str, Decimal] | None = None) -> d.Node:
