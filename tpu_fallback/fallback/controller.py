@@ -44,7 +44,7 @@ class Controller:
         self._started_generation: int | None = None  # remember_deployment()
         self._told_unattributed: set[str] = set()
         config = settings.decide
-        if not config.two_plans:
+        if config.words.per_rung:
             self.metrics.use_rungs((r.name for r in config.ladder if not r.queued), (r.name for r in config.ladder))
 
     def reconcile(self, now: float | None = None) -> list[d.Action]:
@@ -198,21 +198,15 @@ class Controller:
         return next(r for r in self.settings.decide.ladder if r.name == name)
 
     def _set_closed(self, rung: d.Rung, closed: bool) -> None:
-        if self.settings.decide.two_plans:
-            self.metrics.set("tpu_fallback_plan_a_closed", 1 if closed else 0)
-        else:
-            self.metrics.set("tpu_fallback_rung_closed", 1 if closed else 0, rung=rung.name)
+        words = self.settings.decide.words
+        self.metrics.set(words.closed, 1 if closed else 0, **({"rung": rung.name} if words.per_rung else {}))
 
-    def _count(self, plan_a: str, ladder: str, rung: str) -> None:
-        """One more of a plan A counter on two plans, of its per-rung counter on a ladder."""
-        if self.settings.decide.two_plans:
-            self.metrics.add(plan_a)
+    def _count(self, counter: str, rung: str) -> None:
+        """One more of a counter of the words in force (labelled by rung on a ladder)."""
+        if self.settings.decide.words.per_rung:
+            self.metrics.add(counter, rung=rung)
         else:
-            self.metrics.add(ladder, rung=rung)
-
-    def _reason(self, plan_a: str, ladder: str) -> str:
-        """An Event's reason: plan A's words on two plans (unchanged), the ladder's otherwise."""
-        return plan_a if self.settings.decide.two_plans else ladder
+            self.metrics.add(counter)
 
     def _reopen(self, flavors: list[str], why: str, rung: d.Rung | None = None) -> list[str]:
         """Remove our taint from these flavors (Events, a log line, the reopen counted); returns them."""
@@ -220,8 +214,8 @@ class Controller:
         if flavors:
             for name in flavors:
                 self.set_taint(name, None)
-                self._event_on_flavor(name, self._reason("PlanAReopened", "RungReopened"), why)
-            self._count("tpu_fallback_plan_a_reopens_total", "tpu_fallback_rung_reopens_total", rung.name)
+                self._event_on_flavor(name, self.settings.decide.words.reopened, why)
+            self._count(self.settings.decide.words.reopens, rung.name)
             self._set_closed(rung, False)
             log.info("reopen %s (%s): %s", self.settings.decide.label(rung), ", ".join(flavors), why)
         return flavors
@@ -230,7 +224,7 @@ class Controller:
         config = self.settings.decide
         if isinstance(action, d.ClosePlanA):
             label = config.label(self._rung(action.rung))
-            reason = self._reason("PlanAStockOut", "RungStockOut")
+            reason = config.words.stock_out
             for name in action.flavors:
                 self.set_taint(name, str(int(action.since)))
                 self._event_on_flavor(name, reason, action.why)
@@ -238,7 +232,7 @@ class Controller:
                 ns, name = action.cause.split("/", 1)
                 self._event_on_workload(ns, name, reason, action.why)
             if action.new:
-                self._count("tpu_fallback_plan_a_closes_total", "tpu_fallback_rung_closes_total", action.rung)
+                self._count(config.words.closes, action.rung)
             log.info("close %s (%s): %s", label, ", ".join(action.flavors), action.why)
         elif isinstance(action, d.ReopenPlanA):
             self._reopen(list(action.flavors), action.why, self._rung(action.rung))
@@ -246,7 +240,7 @@ class Controller:
             stamp = datetime.fromtimestamp(snap.now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.EVICTING_ANNOTATION: stamp}}, "spec": {"active": False}})
-            self._event_on_workload(action.namespace, action.name, self._reason("EvictedFromPlanA", "EvictedFromRung"),
+            self._event_on_workload(action.namespace, action.name, config.words.evicted,
                                     action.why)
             self.metrics.add("tpu_fallback_evictions_total")
             log.info("evict from %s (deactivate): %s", config.label(self._rung(action.rung)), action.why)
@@ -255,7 +249,7 @@ class Controller:
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: f"{stamp} to {action.target}"}},
                 "spec": {"active": False}})
-            self._event_on_workload(action.namespace, action.name, self._reason("MovingToPlanA", "MovingUp"),
+            self._event_on_workload(action.namespace, action.name, config.words.moving,
                                     action.why)
             log.info("move to %s, step 1 (deactivate): %s", config.label(self._rung(action.rung)), action.why)
         elif isinstance(action, d.TellDeactivation):
@@ -283,8 +277,8 @@ class Controller:
             self._patch_workload(snap, action.namespace, action.name, {
                 "metadata": {"annotations": {d.MOVING_ANNOTATION: None, d.MOVED_ANNOTATION: moving or "yes"}},
                 "spec": {"active": True}})
-            self._event_on_workload(action.namespace, action.name, self._reason("MovedToPlanA", "MovedUp"), action.why)
-            self._count("tpu_fallback_moves_to_plan_a_total", "tpu_fallback_moves_up_total", action.rung)
+            self._event_on_workload(action.namespace, action.name, config.words.moved, action.why)
+            self._count(config.words.moves, action.rung)
             log.info("move up, step 2 (reactivate): %s", action.why)
 
     def _patch_workload(self, snap: d.Snapshot, namespace: str, name: str, patch: dict[str, Any]) -> None:

@@ -80,6 +80,32 @@ PLAN_A_RUNG, PLAN_B_RUNG = "onDemand", "flexStart"
 
 
 @dataclass(frozen=True)
+class Words:
+    """What users see of the controller's acts, one table per vocabulary: two plans keep plan A's Event reasons and
+    unlabelled tpu_fallback_plan_a_* series (what their dashboards and alerts read); a ladder has its own, with a
+    `rung` label. Inside, two plans are just a two-rung ladder."""
+
+    stock_out: str
+    reopened: str
+    evicted: str
+    moving: str
+    moved: str
+    closed: str  # gauge
+    closes: str  # counters from here on
+    reopens: str
+    moves: str
+    per_rung: bool  # the series carry a `rung` label
+
+
+PLAN_WORDS = Words("PlanAStockOut", "PlanAReopened", "EvictedFromPlanA", "MovingToPlanA", "MovedToPlanA",
+                   "tpu_fallback_plan_a_closed", "tpu_fallback_plan_a_closes_total",
+                   "tpu_fallback_plan_a_reopens_total", "tpu_fallback_moves_to_plan_a_total", per_rung=False)
+LADDER_WORDS = Words("RungStockOut", "RungReopened", "EvictedFromRung", "MovingUp", "MovedUp",
+                     "tpu_fallback_rung_closed", "tpu_fallback_rung_closes_total", "tpu_fallback_rung_reopens_total",
+                     "tpu_fallback_moves_up_total", per_rung=True)
+
+
+@dataclass(frozen=True)
 class Config:
     plan_a_flavors: tuple[str, ...]
     plan_b_flavors: tuple[str, ...]
@@ -96,6 +122,10 @@ class Config:
     def ladder(self) -> tuple[Rung, ...]:
         return self.rungs or (Rung(PLAN_A_RUNG, self.plan_a_flavors, reserved=self.plan_a_reserved),
                               Rung(PLAN_B_RUNG, self.plan_b_flavors, True))
+
+    @property
+    def words(self) -> Words:
+        return PLAN_WORDS if self.two_plans else LADDER_WORDS
 
     @property
     def two_plans(self) -> bool:
