@@ -291,8 +291,9 @@ def test_the_controller_objects() -> None:
     role = run.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "tpu-cluster-fallback-role").inputs
     writes = [r for r in role["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
     assert {(tuple(r["resources"]), tuple(r.get("resourceNames", ()))) for r in writes} == {
-        (("resourceflavors",), ("on-demand",)), (("workloads",), ()), (("events",), ())}
-    # Writes: update only the plan A flavors named (the taint's read-modify-write), patch Workloads, create Events.
+        (("resourceflavors",), ("on-demand",)), (("workloads",), ()), (("workloads/status",), ()), (("events",), ())}
+    # Writes: update only the plan A flavors named (the taint's read-modify-write), patch Workloads (and the Requeued
+    # condition of one Kueue left unqueued), create Events.
     assert not any({"create", "delete", "update"} & set(r["verbs"]) for r in writes
                    if r["resources"] not in (["events"], ["resourceflavors"]))
     (flavors_rule,) = [r for r in writes if r["resources"] == ["resourceflavors"]]

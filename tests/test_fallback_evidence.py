@@ -446,3 +446,34 @@ def test_a_registering_node_with_the_not_ready_taint_is_capacity_on_its_way() ->
     assert closes(decide_on(workloads=[job], pods=[worker], nodes=[registering])) == []
     registering["spec"]["taints"].append({"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"})
     assert closes(decide_on(workloads=[job], pods=[worker], nodes=[registering])) == ["onDemand"]
+
+
+def test_a_reactivated_workload_kueue_left_unqueued_is_marked_requeued_and_no_other() -> None:
+    """Kueue v0.19.2 turns Requeued back to True on a reactivation only for reason "Deactivated"."""
+    stuck = deactivated_by_kueue("j", NOW - 100)
+    stuck["spec"]["active"] = True
+    stuck["status"]["conditions"].append({"type": "Requeued", "status": "False",
+                                          "reason": "DeactivatedDueToAdmissionCheck", "message": "m"})
+    assert [a.name for a in decide_on(workloads=[stuck], pods=[]) if isinstance(a, d.MarkRequeued)] == ["j"]
+    ours = deactivated_by_kueue("k", NOW - 100)
+    ours["spec"]["active"] = True
+    ours["status"]["conditions"].append({"type": "Requeued", "status": "False", "reason": "Deactivated"})
+    assert [a for a in decide_on(workloads=[ours], pods=[]) if isinstance(a, d.MarkRequeued)] == []
+    asleep = deactivated_by_kueue("l", NOW - 100)  # still inactive: nothing to requeue yet
+    asleep["status"]["conditions"].append({"type": "Requeued", "status": "False",
+                                           "reason": "DeactivatedDueToAdmissionCheck"})
+    assert [a for a in decide_on(workloads=[asleep], pods=[]) if isinstance(a, d.MarkRequeued)] == []
+
+
+def test_a_ray_clusters_owner_is_remembered_while_its_pods_outlive_it() -> None:
+    """KubeRay deletes a suspended RayJob's RayCluster before the cluster's pods are gone."""
+    cluster = {"metadata": {"name": "rc", "namespace": "default", "uid": "rc-uid", "ownerReferences": [
+        {"kind": "RayJob", "name": "rj", "uid": "rj-uid"}]}}
+    worker = tpu_pod("rc-worker-0", labels={"ray.io/cluster": "rc"},
+                     owners=[{"kind": "RayCluster", "name": "rc", "uid": "rc-uid"}])
+    job = [workload_of("rayjob-rj-1", "RayJob", "rj", "rj-uid")]
+    memory = ev.Memory()
+    assert read([worker], [], job, [cluster], memory=memory).pods[0].workload == ("default", "rayjob-rj-1")
+    assert read([worker], [], job, [], memory=memory).pods[0].workload == ("default", "rayjob-rj-1")
+    read([], [], job, [], memory=memory)  # its pods gone: forgotten
+    assert read([worker], [], job, [], memory=memory).pods[0].workload is None

@@ -266,6 +266,9 @@ class Controller:
                 "spec": {"active": True}})
             self._event_on_workload(action.namespace, action.name, "Revived", action.why)
             log.info("revive: %s", action.why)
+        elif isinstance(action, d.MarkRequeued):
+            self.mark_requeued(action.namespace, action.name, snap.now)
+            log.info("requeue: %s", action.why)
         elif isinstance(action, d.Reactivate):
             if action.after_eviction:  # the end of an eviction: queued for plan B
                 self._patch_workload(snap, action.namespace, action.name, {
@@ -280,6 +283,20 @@ class Controller:
             self._event_on_workload(action.namespace, action.name, config.words.moved, action.why)
             self._count(config.words.moves, action.rung)
             log.info("move up, step 2 (reactivate): %s", action.why)
+
+    def mark_requeued(self, namespace: str, name: str, now: float) -> None:
+        """Requeued True on the Workload's status, read fresh and written with its resourceVersion (the conditions
+        are one list: a merge patch replaces it whole)."""
+        path = self._workload_path(namespace, name)
+        obj = self.kube.get(f"{path}/status")
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != "Requeued"]
+        conditions.append({"type": "Requeued", "status": "True", "reason": "Reactivated",
+                           "message": "The workload was reactivated (Requeued set by tpu-fallback)",
+                           "lastTransitionTime": stamp,
+                           "observedGeneration": obj["metadata"].get("generation", 0)})
+        self.kube.merge_patch(f"{path}/status", {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                                                 "status": {"conditions": conditions}})
 
     def _patch_workload(self, snap: d.Snapshot, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch that holds only on the Workload as read (its resourceVersion): a Workload that changed

@@ -182,6 +182,9 @@ class Workload:
     # (Evicted reason DeactivatedDueToAdmissionCheck; Kueue v0.19.2 workload_controller.go).
     kueue_deactivated: str | None = None
     kueue_deactivated_since: float | None = None
+    # Active again, yet Kueue will never queue it: its Requeued condition still False with the reason of Kueue's own
+    # deactivation (Kueue v0.19.2 workload_controller.go flips Requeued back only for reason "Deactivated").
+    stuck_unqueued: bool = False
 
     @property
     def key(self) -> str:
@@ -295,7 +298,16 @@ class Revive:
     count: int  # this revival's number
 
 
-Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate | TellDeactivation | Revive
+@dataclass(frozen=True)
+class MarkRequeued:
+    """Set a reactivated Workload's Requeued condition True, as Kueue does for any other reactivation."""
+
+    namespace: str
+    name: str
+    why: str
+
+
+Action = ClosePlanA | ReopenPlanA | Evict | Deactivate | Reactivate | TellDeactivation | Revive | MarkRequeued
 
 
 def decide(config: Config, snap: Snapshot) -> list[Action]:
@@ -332,6 +344,11 @@ def _deactivated_by_kueue(config: Config, snap: Snapshot) -> list[Action]:
     its owner with what to do."""
     out: list[Action] = []
     for w in snap.workloads:
+        if w.stuck_unqueued and w.active and not w.finished and not w.quota_reserved and not w.multikueue_copy:
+            out.append(MarkRequeued(w.namespace, w.name,
+                                    f"{w.key} is active again but Kueue left it unqueued after deactivating it "
+                                    "(Requeued False): marked requeued, as Kueue does for any other reactivation"))
+            continue
         if w.active or w.finished or w.kueue_deactivated is None or w.multikueue_copy:
             continue
         done = revivals(w)

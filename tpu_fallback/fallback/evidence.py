@@ -209,6 +209,9 @@ class Memory:
     its pods (the pod may be gone since), so that a back-off message can be read against it."""
 
     no_capacity_seen: dict[str, float] = field(default_factory=dict)
+    # The owners of the RayClusters seen, kept while pods of theirs exist: when Kueue suspends a RayJob, KubeRay
+    # deletes its RayCluster before the cluster's pods are gone, and those pods would read as nobody's.
+    ray_cluster_owners: dict[tuple[str, str], list[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,12 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
     memory = memory if memory is not None else Memory()
     reserved = set(reserved)
     index = WorkloadIndex(workloads)
-    owners = ray_cluster_owners(ray_clusters)
+    pods = list(pods)
+    memory.ray_cluster_owners.update(ray_cluster_owners(ray_clusters))
+    in_use_by_pods = {(str(p["metadata"]["namespace"]), str((p["metadata"].get("labels") or {}).get(RAY_CLUSTER_LABEL)))
+                      for p in pods}
+    memory.ray_cluster_owners = {k: v for k, v in memory.ray_cluster_owners.items() if k in in_use_by_pods}
+    owners = memory.ray_cluster_owners
     read_pods: list[Pod] = []
     in_use: dict[str, Decimal] = {}
     for obj in pods:

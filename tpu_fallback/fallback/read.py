@@ -98,7 +98,19 @@ def read_workload(obj: Mapping[str, Any], provisioned: set[tuple[str, str]],
         tpu_pods=tpu_pods, tpu_per_pod=tpu_per_pod,
         kueue_deactivated=str(by_kueue.get("message") or by_kueue.get("reason")) if by_kueue is not None else None,
         kueue_deactivated_since=parse_time(by_kueue.get("lastTransitionTime")) if by_kueue is not None else None,
+        stuck_unqueued=_stuck_unqueued(obj),
     )
+
+
+# Kueue v0.19.2 (pkg/controller/core/workload_controller.go, the active branch) turns Requeued back to True on a
+# reactivation only when its reason is exactly "Deactivated"; a Workload it deactivated itself carries the reason
+# with the cause ("DeactivatedDueToAdmissionCheck", ...), and pkg/cache/queue/cluster_queue.go
+# backoffWaitingTimeExpired keeps any Workload with Requeued False out of the queue: reactivated, it would wait for
+# ever.
+def _stuck_unqueued(obj: Mapping[str, Any]) -> bool:
+    requeued = _condition(obj, "Requeued")
+    return (requeued is not None and requeued.get("status") == "False"
+            and str(requeued.get("reason", "")).startswith("DeactivatedDueTo"))
 
 
 def provisioned_owners(requests: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:

@@ -133,6 +133,8 @@ def cluster_role(plan: QueuePlan) -> dict[str, Any]:
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
              "resourceNames": plan.closable_flavors, "verbs": ["get", "update"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch", "patch"]},
+            # Requeued True on a Workload Kueue deactivated and the controller reactivated (decide.MarkRequeued).
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "patch"]},
             {"apiGroups": ["autoscaling.x-k8s.io"], "resources": ["provisioningrequests"],
              "verbs": ["list", "watch"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
