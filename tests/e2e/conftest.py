@@ -32,6 +32,7 @@ SCHEDULE = (
     "test_evidence_ladder_e2e",  # about 180 (measured alone beside a CPU busy loop: a 90 s slice, then a 32 s one)
     "test_ladder_e2e",  # 145
     "test_stockout_moves_e2e",  # 135
+    "test_dws_failures_e2e",  # 166 alone (2026-12-04)
     "test_evidence_v3_e2e",  # 121 alone (2026-12-04)
     "test_fallback_lifecycle_e2e",  # 127
     "test_stockout_fallback_e2e",  # 105
