@@ -477,3 +477,33 @@ def test_a_ray_clusters_owner_is_remembered_while_its_pods_outlive_it() -> None:
     assert read([worker], [], job, [], memory=memory).pods[0].workload == ("default", "rayjob-rj-1")
     read([], [], job, [], memory=memory)  # its pods gone: forgotten
     assert read([worker], [], job, [], memory=memory).pods[0].workload is None
+
+
+def test_a_pool_growing_for_other_pods_holds_the_backstop_until_its_nodes_exist() -> None:
+    """The autoscaler meant the slice under way for another team's older pods (NotTriggerScaleUp on ours since),
+    but the pool is growing: not a stock-out, and its VMs are not given away mid-way. Once the four nodes it adds
+    exist and are Ready, and ours are still pending, the backstop acts; a FailedScaleUp on the pool ends it too."""
+    job = kueue_workload("job-a", "on-demand", owner=("Job", "a", "job-a"), admitted=NOW - 1200)
+    ours = tpu_pod("a-0", owners=[{"kind": "Job", "name": "a", "uid": "job-a"}])
+    theirs = tpu_pod("other-0", labels={"team": "other"})
+    said = [event(ours, "TriggeredScaleUp", TRIGGERED, NOW - 300),
+            event(ours, "NotTriggerScaleUp", "Pod didn't trigger scale-up: 1 max node group size reached, "
+                                             "1 in backoff after failed scale-up", NOW - 200),
+            event(theirs, "TriggeredScaleUp", TRIGGERED, NOW - 250)]
+    assert read([ours], said, [job]).of("default", "job-a").scale_up_since is None  # for our pod, nothing comes
+    assert closes(decide_on(workloads=[job], pods=[ours, theirs], events=said)) == []
+    two = [tpu_node(f"n{i}", "on-demand-pool", created=NOW - 100, tpu="0") for i in range(2)]
+    assert closes(decide_on(workloads=[job], pods=[ours, theirs], events=said, nodes=two)) == []
+    four = [tpu_node(f"n{i}", "on-demand-pool", created=NOW - 100, tpu="0") for i in range(4)]
+    assert closes(decide_on(workloads=[job], pods=[ours, theirs], events=said, nodes=four)) == ["onDemand"]
+    failed = event(theirs, "FailedScaleUp", "Node scale up in zones us-east5-b associated with this pod failed: "
+                                            "Internal error. Pod is at risk of not being scheduled.", NOW - 100)
+    assert closes(decide_on(workloads=[job], pods=[ours, theirs], events=[*said, failed])) == ["onDemand"]
+
+
+def test_a_scale_up_older_than_the_admission_holds_nothing() -> None:
+    job = kueue_workload("job-a", "on-demand", owner=("Job", "a", "job-a"), admitted=NOW - 1200)
+    ours = tpu_pod("a-0", owners=[{"kind": "Job", "name": "a", "uid": "job-a"}])
+    theirs = tpu_pod("other-0", labels={"team": "other"})
+    said = [event(theirs, "TriggeredScaleUp", TRIGGERED, NOW - 1300)]
+    assert closes(decide_on(workloads=[job], pods=[ours, theirs], events=said)) == ["onDemand"]

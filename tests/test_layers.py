@@ -14,7 +14,9 @@ PACKAGE = REPO_ROOT / "tpu_fallback"
 # What each layer may import from the package (besides itself). offline/ and policy/ sit beside the programs.
 ALLOWED = {
     "model": set(),
-    "render": {"model"},
+    # render ships the controller's sources and takes the names it shares with them (the taint key, the Lease's
+    # duration) from the controller itself, so that the two cannot disagree.
+    "render": {"model", "fallback"},
     "components": {"model", "render"},
     "programs": {"model", "render", "components"},
     "offline": {"model"},

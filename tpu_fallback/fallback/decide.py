@@ -211,6 +211,9 @@ class FlavorEvidence:
     workload: str | None = None  # its Workload ("namespace/name"), when attributed
     said: str | None = None  # GKE's words
     unattributed: tuple[str, ...] = ()  # unschedulable TPU pods here that belong to no Workload seen
+    # The latest scale-up GKE triggered for one of them, not followed by a FailedScaleUp on this flavor: (when, how
+    # many nodes it adds). Capacity on its way to the rung's pool, whichever pod the autoscaler meant it for.
+    scale_up: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -485,8 +488,28 @@ def scaling_up(snap: Snapshot, w: Workload) -> bool:
     if w.scale_up_since is not None and snap.now - w.scale_up_since < MAX_NODE_PROVISION:
         return True
     flavor = snap.flavors.get(w.tpu_flavor or "")
-    return flavor is not None and any(not n.ready and not n.out_of_service and n.created >= (w.admitted_since or 0.0)
-                                      for n in _pool_nodes(flavor, snap.nodes))
+    if flavor is None:
+        return False
+    pool = _pool_nodes(flavor, snap.nodes)
+    if any(not n.ready and not n.out_of_service and n.created >= (w.admitted_since or 0.0) for n in pool):
+        return True
+    return _pool_scale_up_in_flight(snap, flavor.name, pool, since=w.admitted_since or 0.0)
+
+
+def _pool_scale_up_in_flight(snap: Snapshot, flavor: str, pool: list[Node], *, since: float) -> bool:
+    """GKE triggered a scale-up of the flavor's pool (for any of its pending pods) since `since`, it has not failed,
+    is within --max-node-provision-time, and not all of its nodes exist yet. The autoscaler may have meant those nodes
+    for other pods (it writes NotTriggerScaleUp on the pods no upcoming node takes), but the scheduler decides who
+    gets them: a pool that is growing is not stocked out, and its slice must not be given away mid-way. Once the nodes
+    exist the registering-node rule above holds until they are Ready, and then the backstop may act."""
+    evidence = snap.evidence.get(flavor)
+    if evidence is None or evidence.scale_up is None:
+        return False
+    at, adds = evidence.scale_up
+    if at < since or snap.now - at >= MAX_NODE_PROVISION:
+        return False
+    arrived = sum(1 for n in pool if n.created >= at - 1.0)  # whole-second times on both
+    return arrived < adds
 
 
 def _evictions(config: Config, snap: Snapshot, rung: Rung) -> list[Action]:

@@ -225,6 +225,11 @@ class Evidence:
         return self.workloads.get((namespace, name), WorkloadEvidence())
 
 
+def _nodes_added(message: str) -> int:
+    """The nodes a TriggeredScaleUp adds (the sum over its node groups of new - current size); 1 when unread."""
+    return max(1, sum(max(0, s.new - s.current) for s in gke.read_triggered(message)))
+
+
 def _event_times(event: Mapping[str, Any]) -> tuple[float, float]:
     """(first, last) time of an Event; the autoscaler's core/v1 Events count repeats into lastTimestamp."""
     created = (event.get("metadata") or {}).get("creationTimestamp")
@@ -272,6 +277,8 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
     no_capacity: dict[tuple[str, str], tuple[float, str]] = {}  # the first fresh no-capacity one, and its words
     backoff_at: dict[tuple[str, str], float] = {}  # the last back-off message
     triggered_at: dict[tuple[str, str], float] = {}
+    pool_trigger: dict[str, tuple[float, int]] = {}  # flavor -> its latest TriggeredScaleUp: (when, nodes added)
+    pool_failed: dict[str, float] = {}  # flavor -> its latest FailedScaleUp
     said: dict[tuple[str, str], tuple[float, str]] = {}
     for event in events:
         involved = event.get("involvedObject") or {}
@@ -284,6 +291,7 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
         first, last = _event_times(event)
         if reason == SCALE_UP_FAILED:
             failed_at[key] = max(failed_at.get(key, 0.0), last)
+            pool_failed[pod.flavor] = max(pool_failed.get(pod.flavor, 0.0), last)
             verdict = gke.read_failed_scale_up(message, reservation=pod.flavor in reserved).verdict
             if (verdict == gke.Verdict.NO_CAPACITY or (verdict == gke.Verdict.RESERVATION_NO_CAPACITY
                                                         and pod.flavor in reserved)) and now - last <= FRESH_FOR:
@@ -299,6 +307,8 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
                 backoff_at[key] = max(backoff_at.get(key, 0.0), last)
         elif reason == SCALE_UP_TRIGGERED:
             triggered_at[key] = max(triggered_at.get(key, 0.0), last)
+            if pool_trigger.get(pod.flavor, (0.0, 0))[0] < last:
+                pool_trigger[pod.flavor] = (last, _nodes_added(message))
         else:
             continue
         if key not in said or last >= said[key][0]:
@@ -333,8 +343,10 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
         if found is not None and (before.no_capacity_since is None or found[0] < before.no_capacity_since):
             workload = f"{pod.workload[0]}/{pod.workload[1]}" if pod.workload else None
             before = FlavorEvidence(pod.flavor, found[0], pod.key, workload, found[1], unattributed)
+        trigger = pool_trigger.get(pod.flavor)
+        in_flight = trigger if trigger is not None and trigger[0] > pool_failed.get(pod.flavor, 0.0) else None
         per_flavor[pod.flavor] = FlavorEvidence(pod.flavor, before.no_capacity_since, before.pod, before.workload,
-                                                before.said, unattributed)
+                                                before.said, unattributed, in_flight)
     return Evidence(tuple(read_pods), per_workload, per_flavor, in_use)
 
 
