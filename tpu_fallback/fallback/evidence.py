@@ -343,8 +343,8 @@ def read(*, now: float, pods: Iterable[Mapping[str, Any]], events: Iterable[Mapp
         if found is not None and (before.no_capacity_since is None or found[0] < before.no_capacity_since):
             workload = f"{pod.workload[0]}/{pod.workload[1]}" if pod.workload else None
             before = FlavorEvidence(pod.flavor, found[0], pod.key, workload, found[1], unattributed)
-        trigger = pool_trigger.get(pod.flavor)
-        in_flight = trigger if trigger is not None and trigger[0] > pool_failed.get(pod.flavor, 0.0) else None
+        growing = pool_trigger.get(pod.flavor)
+        in_flight = growing if growing is not None and growing[0] > pool_failed.get(pod.flavor, 0.0) else None
         per_flavor[pod.flavor] = FlavorEvidence(pod.flavor, before.no_capacity_since, before.pod, before.workload,
                                                 before.said, unattributed, in_flight)
     return Evidence(tuple(read_pods), per_workload, per_flavor, in_use)
