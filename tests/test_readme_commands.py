@@ -165,8 +165,8 @@ NOT_RUN: dict[str, str] = {
     "pulumi up -s existing": "needs a real GKE cluster",
     "cd jobs": "changes the directory for the Pulumi commands after it",
     "pulumi stack output commands -s dev": "reads a deployed jobs stack",
-    "kubectl -n default get workloads.kueue.x-k8s.io -o custom-columns=NAME:.metadata.name,"
-    "FLAVORS:.status.admission.podSetAssignments[*].flavors": "a real cluster",
+    "kubectl -n default get workloads.kueue.x-k8s.io -o 'custom-columns=NAME:.metadata.name,"
+    "FLAVORS:.status.admission.podSetAssignments[*].flavors'": "a real cluster",
     "kubectl -n default get provisioningrequests": "a real cluster",
     "kubectl -n default logs -f job/rayjob-tpu-v6e-dws-1": "a real cluster",
     "kubectl get events -A --field-selector source=tpu-fallback-controller": "a real cluster",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import yaml
@@ -114,15 +115,32 @@ def _resources(requests: Resources, tpu: int | None = None) -> dict[str, Any]:
     return {"limits": dict(amounts), "requests": dict(amounts)}
 
 
+# The status command (tpu_fallback/status/, console script `tpu-fallback`, kubectl plugin `kubectl tpu-fallback`):
+# every job's commands lead with it. The Pulumi CLI prints an object's keys sorted (`pulumi stack output commands`
+# is Go's encoding/json of a map), so its key sorts before the others to come first there too.
+STATUS_KEY = "check"
+# One shell word each: the printer specs hold `[*]`, `(`, `?` and `"`, which bash (a syntax error) and zsh (no
+# matches found) would otherwise take for syntax and globs. Kept single-quoted, so kubectl receives them as written.
+WORKLOAD_COLUMNS = ("NAME:.metadata.name,"
+                    "ADMITTED:.status.conditions[?(@.type==\"Admitted\")].status,"
+                    "FLAVORS:.status.admission.podSetAssignments[*].flavors")
+
+
+def status_command(namespace: str) -> str:
+    """What the status command is asked about a namespace's jobs."""
+    return f"tpu-fallback status --namespace {shlex.quote(namespace)}"
+
+
 def follow_commands(namespace: str, name: str) -> dict[str, str]:
-    """kubectl commands to follow one job: its Kueue workload (and flavor), its logs, its dashboard."""
+    """Commands to follow one job, the status command first: its Kueue workload (and flavor), its logs, its
+    dashboard. Each runs as written in bash and zsh (tests/test_shell_commands.py)."""
+    ns, job = shlex.quote(namespace), shlex.quote(name)
     return {
+        STATUS_KEY: status_command(namespace),
         "workload": (
-            f"kubectl -n {namespace} get workloads.kueue.x-k8s.io -o custom-columns="
-            "NAME:.metadata.name,ADMITTED:.status.conditions[?(@.type==\\\"Admitted\\\")].status,"
-            "FLAVORS:.status.admission.podSetAssignments[*].flavors "
-            f"| grep -E '^(NAME|rayjob-{name}-)'"
+            f"kubectl -n {ns} get workloads.kueue.x-k8s.io -o {shlex.quote('custom-columns=' + WORKLOAD_COLUMNS)} "
+            f"| grep -E {shlex.quote(f'^(NAME|rayjob-{name}-)')}"
         ),
-        "logs": f"kubectl -n {namespace} logs -f job/{name}",
-        "dashboard": f"kubectl -n {namespace} port-forward service/{name}-head-svc 8265:8265",
+        "logs": f"kubectl -n {ns} logs -f job/{job}",
+        "dashboard": f"kubectl -n {ns} port-forward service/{shlex.quote(name + '-head-svc')} 8265:8265",
     }
