@@ -55,3 +55,21 @@ def test_the_flavors_output_keeps_todays_keys_and_only_a_ladder_stack_adds_its_r
     (queue,) = [o for o in infra("ladder").kubernetes_objects() if o["kind"] == "ClusterQueue"]
     tried = [f["name"] for f in queue["spec"]["resourceGroups"][0]["flavors"] if f["name"] != ladder["system"]]
     assert [f for r in ladder["rungs"] for f in r["flavors"]] == tried
+
+
+def test_docs_lists_the_jobs_stack_outputs_and_its_commands() -> None:
+    """docs/outputs.md's jobs section: the jobs program's outputs in order, and job 1's commands of the dev stack
+    as the stack exports them, in order (status command first), each with its key as the line's comment."""
+    from tests.test_shell_commands import jobs_dev, split_comment
+    from tpu_fallback.programs.jobs import OUTPUT_NAMES
+
+    page = (REPO_ROOT / "docs" / "outputs.md").read_text()
+    section = page.split("\n## The jobs stack's outputs\n", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| `(\w+)`", section, re.M) == list(OUTPUT_NAMES)
+    outputs = jobs_dev().outputs
+    assert list(outputs) == list(OUTPUT_NAMES)
+    (block,) = re.findall(r"^```bash\n(.*?)^```", section, re.M | re.S)
+    shown = [split_comment(line) for line in block.splitlines()]
+    exported = outputs["commands"][outputs["jobs"][0]]
+    assert [(command, comment.removeprefix("# ").split(":")[0]) for command, comment in shown] == [
+        (command, key) for key, command in exported.items()]
