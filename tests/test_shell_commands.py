@@ -489,9 +489,10 @@ def test_every_exported_command_is_checked_and_leads_with_the_status_command(exp
         assert {f"jobs-dev.commands.{job}.{key}" for key in entries} <= checked
 
 
-def test_the_status_command_is_asked_about_the_jobs_namespace() -> None:
+def test_the_status_command_is_asked_about_each_job() -> None:
     commands = jobs_dev().outputs["commands"]
-    assert {entries[STATUS_KEY] for entries in commands.values()} == {"tpu-fallback status --namespace default"}
+    assert {job: entries[STATUS_KEY] for job, entries in commands.items()} == {
+        job: f"tpu-fallback status {job} --namespace default" for job in commands}
 
 
 if __name__ == "__main__":  # list what is checked: python -m tests.test_shell_commands

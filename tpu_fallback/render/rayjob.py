@@ -126,9 +126,9 @@ WORKLOAD_COLUMNS = ("NAME:.metadata.name,"
                     "FLAVORS:.status.admission.podSetAssignments[*].flavors")
 
 
-def status_command(namespace: str) -> str:
-    """What the status command is asked about a namespace's jobs."""
-    return f"tpu-fallback status --namespace {shlex.quote(namespace)}"
+def status_command(namespace: str, name: str) -> str:
+    """The status command asked about one job (tpu_fallback/status/cli.py: a job's name, or its Workload's)."""
+    return f"tpu-fallback status {shlex.quote(name)} --namespace {shlex.quote(namespace)}"
 
 
 def follow_commands(namespace: str, name: str) -> dict[str, str]:
@@ -136,7 +136,7 @@ def follow_commands(namespace: str, name: str) -> dict[str, str]:
     dashboard. Each runs as written in bash and zsh (tests/test_shell_commands.py)."""
     ns, job = shlex.quote(namespace), shlex.quote(name)
     return {
-        STATUS_KEY: status_command(namespace),
+        STATUS_KEY: status_command(namespace, name),
         "workload": (
             f"kubectl -n {ns} get workloads.kueue.x-k8s.io -o {shlex.quote('custom-columns=' + WORKLOAD_COLUMNS)} "
             f"| grep -E {shlex.quote(f'^(NAME|rayjob-{name}-)')}"
