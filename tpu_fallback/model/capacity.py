@@ -121,28 +121,46 @@ def slice_requests(worker_request: Resources, tpu: TpuSlice) -> tuple[Decimal, D
             parse_quantity(worker_request.memory) * tpu.hosts_per_slice)
 
 
-# GKE's node allocatable resources: GKE "Plan GKE Standard node sizes" / "About GKE node sizing", "Memory and CPU
-# reservations" (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations).
-# "Allocatable = Capacity - Reserved - Eviction threshold"; GKE reserves memory: "255 MiB of memory for machines with
-# less than 1 GiB of memory, 25% of the first 4 GiB of memory, 20% of the next 4 GiB of memory (up to 8 GiB), 10% of
-# the next 8 GiB of memory (up to 16 GiB), 6% of the next 112 GiB of memory (up to 128 GiB), 2% of any memory above
-# 128 GiB"; CPU: "6% of the first core, 1% of the next core (up to 2 cores), 0.5% of the next 2 cores (up to 4 cores),
-# 0.25% of any cores above 4 cores"; and "100 MiB of memory on each node for the eviction threshold". The search corpus
-# holds only that page's opening, so the table's wording is as quoted from it by learnk8s.io/allocatable-resources,
-# awslabs/amazon-eks-ami PR #367 and kURL's kube-reserved docs (all three agree). No separate rule for TPU hosts or for
-# large machines was found: the 2% tier covers them. (One third-party source says node pools on GKE 1.37+ reserve
-# min(this, 15 MiB x max pods + a base) memory; GKE's page was not seen saying so. If so, this table over-reserves
-# there, which refuses a request GKE could have placed rather than one that would stay Pending.)
-_CPU_TIERS: tuple[tuple[Decimal | None, Decimal], ...] = (  # (cores in the tier, None for the rest; share reserved)
-    (Decimal(1), Decimal("0.06")), (Decimal(1), Decimal("0.01")), (Decimal(2), Decimal("0.005")),
-    (None, Decimal("0.0025")))
-_MEMORY_TIERS_GIB: tuple[tuple[Decimal | None, Decimal], ...] = (  # (GiB in the tier, None for the rest; share)
-    (Decimal(4), Decimal("0.25")), (Decimal(4), Decimal("0.20")), (Decimal(8), Decimal("0.10")),
-    (Decimal(112), Decimal("0.06")), (None, Decimal("0.02")))
-_SMALL_MACHINE_RESERVED = 255 * 2**20  # "255 MiB ... for machines with less than 1 GiB of memory"
+# GKE's node allocatable resources, as GKE's own cluster autoscaler predicts them for a node it would add (a pool
+# scaled to zero has no node to read): a pod that does not fit that prediction never triggers a scale-up, so the
+# worker-request checks use the same rule. GoogleCloudPlatform/cluster-autoscaler at
+# 7d250507339b3a7583b380349f217ea191ff15ff:
+# - pkg/cloudprovider/gke/templates.go BuildNodeFromMigSpec: capacity from the upstream
+#   GceTemplateBuilder.BuildCapacity (kubernetes/autoscaler cluster-autoscaler/cloudprovider/gce/templates.go:
+#   `memTotal := mem - r.CalculateKernelReserved(m, mem)`), then CalculateAllocatable: capacity - kube-reserved, and
+#   memory less the kubelet's eviction threshold (gce_reserved.go defaultKubeletEvictionHardMemory = 100 MiB).
+# - the kernel's share, pkg/cloudprovider/gke/reserved.go GkeReserved.CalculateKernelReserved: read from the measured
+#   table config/os-reserved.yaml (per OS, architecture and node version: physical bytes -> reserved bytes), linear
+#   between its two nearest points (pkg/cloudprovider/gke/nodetemplate/system_reserved_config.go findOptions and
+#   interpolate; above the largest point, the line through the last two). _KERNEL_RESERVED_COS is that table for COS
+#   on amd64 (GKE's default node image), the largest value over every node version from 1.34 on (they differ by
+#   under 5 MiB): a request that fits it fits every such version.
+# - kube-reserved, reserved.go memoryReservedMiB and cpuReservedMillicores: GKE's published tiers ("Plan GKE Standard
+#   node sizes", https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations),
+#   but in MiB with the tiers' bounds at 4000, 8000, 16000 and 128000 MiB ("Duplicating an upstream bug treating GB as
+#   1000*MiB (we need to predict the end result accurately)"), each truncated to a whole MiB / millicore; 255 MiB at or
+#   below 1000 MiB. With image streaming, which this project turns on for every pool (gcfs_config), a further 4% of
+#   each tier ("GCFS requires memory to cache the layers, hence reserving additional memory for GCFS enabled (Riptide)
+#   nodes": gcfsReservedFactor = 0.04, memoryReservedForGCFSMiB).
+# What the page's table alone gives (no kernel share, no image streaming share, tiers in GiB) is more than GKE leaves:
+# 698.74 GiB on a ct6e-standard-4t where the autoscaler predicts 686.69 GiB, and a request between the two never
+# scales the pool up. Not modelled (each would only refuse a request GKE could place, never accept one it cannot):
+# node versions from 1.37 with GKE's "reserved resources v2" (min(the tiers, 15 MiB x max pods + 500 MiB)), and
+# kubelet CPU for more than 110 pods per node (+400m; the project sets no max pods per node, GKE's default is 110).
+_CPU_TIERS_MILLICORES: tuple[tuple[int, float], ...] = ((0, 0.06), (1000, 0.01), (2000, 0.005), (4000, 0.0025))
+_MEMORY_TIERS_MIB: tuple[tuple[int, float], ...] = ((0, 0.25), (4000, 0.2), (8000, 0.1), (16000, 0.06), (128000, 0.02))
+_IMAGE_STREAMING_FACTOR = 0.04
+_SMALL_MACHINE_RESERVED_MIB = 255  # "The minimum reservation required for proper node operation is 255 MiB"
+# (physical bytes, kernel-reserved bytes): config/os-reserved.yaml, cos / amd64 / not confidential, max over node
+# versions 1.34.0-gke.1477000 .. 1.36.0-gke.3712000; the reader adds (0, 0) below the first point.
+_KERNEL_RESERVED_COS: tuple[tuple[int, int], ...] = (
+    (0, 0), (1073741824, 63029248), (1824522240, 76906496), (2147483648, 81379328), (3221225472, 101027840),
+    (4026531840, 181510144), (4294967296, 185987072), (8589934592, 259383296), (17179869184, 406732800),
+    (34359738368, 701448192), (68719476736, 1290866688), (137438953472, 2369077248), (274877906944, 4427137024),
+    (2063731785728, 32385822720))
 EVICTION_THRESHOLD = 100 * 2**20  # bytes: the kubelet's memory.available<100Mi
 _GIB = 2**30
-_MILLICORE = Decimal("0.001")
+_MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -153,40 +171,59 @@ class Allocatable:
     memory: int
 
 
-def _tiered(total: Decimal, tiers: tuple[tuple[Decimal | None, Decimal], ...]) -> Decimal:
-    """The reserved amount: each tier's share of the part of `total` that falls in it."""
-    reserved, left = Decimal(0), total
-    for size, rate in tiers:
-        part = left if size is None else min(left, size)
-        if part <= 0:
-            break
-        reserved += part * rate
-        left -= part
-    return reserved
+def _reserved(capacity: int, tiers: tuple[tuple[int, float], ...]) -> int:
+    """reserved.go calculateReserved: each tier's rate on the part of `capacity` between its bound and the next one,
+    summed as float64 and truncated."""
+    reserved = 0.0
+    for i, (bound, rate) in enumerate(tiers):
+        top = tiers[i + 1][0] if i + 1 < len(tiers) and tiers[i + 1][0] < capacity else capacity
+        part = float(top - bound) * rate
+        if part > 0:
+            reserved += part
+    return int(reserved)
+
+
+def kernel_reserved(memory_bytes: int) -> int:
+    """The bytes the Linux kernel keeps of a COS node's memory, as GKE's autoscaler predicts them (see above)."""
+    points = _KERNEL_RESERVED_COS
+    above = next((i for i, (physical, _) in enumerate(points) if physical >= memory_bytes), len(points))
+    if above < len(points) and points[above][0] == memory_bytes:
+        return points[above][1]
+    (x1, y1), (x2, y2) = (points[-2], points[-1]) if above == len(points) else (points[above - 1], points[above])
+    return y1 + int((memory_bytes - x1) / (x2 - x1) * (y2 - y1))
+
+
+def kube_reserved_memory(memory_bytes: int, image_streaming: bool = True) -> int:
+    """The bytes GKE reserves for the kubelet and system daemons on a node of `memory_bytes` (see above)."""
+    mib = memory_bytes // _MIB
+    if mib <= 1000:
+        return (_SMALL_MACHINE_RESERVED_MIB if mib > 0 else 0) * _MIB
+    reserved = _reserved(mib, _MEMORY_TIERS_MIB)
+    if image_streaming:
+        reserved += _reserved(mib, tuple((bound, rate * _IMAGE_STREAMING_FACTOR) for bound, rate in _MEMORY_TIERS_MIB))
+    return reserved * _MIB
 
 
 def gke_reserved_cpu(vcpus: int) -> Decimal:
-    """The cores GKE reserves for system components on a node of `vcpus` (the table above), unrounded."""
-    return _tiered(Decimal(vcpus), _CPU_TIERS)
+    """The cores GKE reserves for system components on a node of `vcpus` (whole millicores, as GKE counts them)."""
+    return Decimal(_reserved(vcpus * 1000, _CPU_TIERS_MILLICORES)) / 1000
 
 
-def gke_reserved_memory(memory_gib: int | Decimal) -> Decimal:
-    """The bytes GKE reserves for system components on a node of `memory_gib` (the table above; the eviction
-    threshold not included), unrounded."""
-    if Decimal(memory_gib) < 1:
-        return Decimal(_SMALL_MACHINE_RESERVED)
-    return _tiered(Decimal(memory_gib), _MEMORY_TIERS_GIB) * _GIB
+def gke_reserved_memory(memory_gib: int | Decimal, image_streaming: bool = True) -> int:
+    """The bytes of a node of `memory_gib` that pods cannot request, but for the eviction threshold: the kernel's share
+    and kube-reserved (see above)."""
+    memory = int(Decimal(memory_gib) * _GIB)
+    return kernel_reserved(memory) + kube_reserved_memory(memory, image_streaming)
 
 
-def gke_allocatable(vcpus: int, memory_gib: int | Decimal) -> Allocatable:
-    """A GKE Standard node's allocatable cpu and memory for a VM of `vcpus` and `memory_gib` (see the table above).
-    Both are rounded down (cpu to a millicore, Kubernetes' smallest cpu unit; memory to a byte), so a request equal to
-    what this returns fits."""
+def gke_allocatable(vcpus: int, memory_gib: int | Decimal, image_streaming: bool = True) -> Allocatable:
+    """A GKE Standard node's allocatable cpu and memory for a VM of `vcpus` and `memory_gib`, as GKE's cluster
+    autoscaler predicts it (see above): a request equal to what this returns fits, one above it never scales a pool
+    up."""
     if vcpus <= 0 or memory_gib <= 0:
         raise ValueError(f"a VM size needs vCPUs and memory above 0, not {vcpus} vCPU / {memory_gib} GiB")
-    cpu = (Decimal(vcpus) - gke_reserved_cpu(vcpus)).quantize(_MILLICORE, rounding=ROUND_FLOOR)
-    memory = Decimal(memory_gib) * _GIB - gke_reserved_memory(memory_gib) - EVICTION_THRESHOLD
-    return Allocatable(cpu=cpu, memory=max(int(memory.to_integral_value(rounding=ROUND_FLOOR)), 0))
+    memory = int(Decimal(memory_gib) * _GIB) - gke_reserved_memory(memory_gib, image_streaming) - EVICTION_THRESHOLD
+    return Allocatable(cpu=vcpus - gke_reserved_cpu(vcpus), memory=max(memory, 0))
 
 
 def fits_host(request: Resources, machine: MachineType) -> bool:
@@ -202,7 +239,7 @@ def fits_host(request: Resources, machine: MachineType) -> bool:
 
 def describe_host(machine: MachineType) -> str:
     """A host's size and what GKE leaves pods, for error messages: "180 vCPU / 720 GiB, of which GKE leaves pods
-    179.48 CPU / 698.74 GiB allocatable". Both figures are rounded down, so each can be requested as written."""
+    179.48 CPU / 686.68 GiB allocatable". Both figures are rounded down, so each can be requested as written."""
     room = gke_allocatable(machine.vcpus, machine.memory_gib)
     gib = (Decimal(room.memory) / _GIB).quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
     return (f"{machine.vcpus} vCPU / {machine.memory_gib} GiB, of which GKE leaves pods "

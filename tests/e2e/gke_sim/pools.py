@@ -44,8 +44,9 @@ class Machine:
         return out
 
     def allocatable(self) -> dict[str, Decimal]:
-        """Capacity minus GKE's reservations (GKE "Plan node sizes": kubelet/system CPU and memory, and the
-        100 MiB eviction threshold; the table lives in tpu_fallback/model/capacity.py)."""
+        """Capacity minus GKE's reservations as GKE's cluster autoscaler predicts them (kubelet/system CPU; the
+        kernel's memory, kube-reserved with image streaming's share, and the 100 MiB eviction threshold; the rule
+        lives in tpu_fallback/model/capacity.py)."""
         out = self.capacity()
         out["cpu"] -= gke_reserved_cpu(self.vcpus)
         out["memory"] -= gke_reserved_memory(self.memory_gib) + EVICTION_THRESHOLD
