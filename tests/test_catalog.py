@@ -112,10 +112,11 @@ def test_single_host_plans_share_one_pool() -> None:
 
 def test_tpu7x_slices_are_whole_hosts_of_four_chips_and_at_most_a_pod() -> None:
     fam = catalog.FAMILIES["tpu7x"]
-    (machine,) = fam.machine_types
+    one_chip, machine = fam.machine_types
+    assert (one_chip.name, one_chip.chips_per_vm, one_chip.topologies) == ("tpu7x-standard-1t", 1, ("1x1x1",))
     assert machine.chips_per_vm == 4
     assert machine.single_host_topologies == ("2x2x1",)  # one host: exactly its chips
-    for topology in fam.topologies:
+    for topology in machine.topologies:
         sides = [int(d) for d in topology.split("x")]
         chips = math.prod(sides)
         assert len(sides) == 3 and chips % machine.chips_per_vm == 0, topology
@@ -125,6 +126,11 @@ def test_tpu7x_slices_are_whole_hosts_of_four_chips_and_at_most_a_pod() -> None:
             assert all(side % 4 == 0 for side in sides), topology
     assert {"2x2x2", "4x4x4"} <= set(machine.multi_host_topologies)
     assert "8x4x4" not in fam.topologies and "3x3x3" not in fam.topologies
+    one = catalog.resolve_slice("tpu7x", "1x1x1")
+    assert (one.machine_type, one.hosts_per_slice, one.chips_per_host, one.multi_host) == (
+        "tpu7x-standard-1t", 1, 1, False)
+    assert catalog.workload_policy(fam, "1x1x1") is None
+    assert fam.describe_topologies().startswith("1x1x1 (tpu7x-standard-1t), 2x2x1 (one host)")
 
 
 def test_tpu7x_multi_host_pools_take_a_workload_policy_not_a_tpu_topology() -> None:
@@ -148,18 +154,26 @@ def test_tpu7x_needs_a_gke_version_this_project_already_requires() -> None:
     assert (major, minor) <= OLDEST_GKE_MINOR
 
 
-def test_tpu7x_has_no_flex_start_and_zones_of_its_own() -> None:
+def test_tpu7x_has_flex_start_where_googles_blueprints_run_it_and_zones_of_its_own() -> None:
+    # cluster-toolkit 1047080: examples/gke-consumption-options/dws-flex-start{,-queued-provisioning}/gke-tpu-7x, whose
+    # deployment files give us-central1-c as the zone.
     tpu7x = catalog.FAMILIES["tpu7x"]
-    assert not tpu7x.supports_flex_start and tpu7x.flex_start_zones == frozenset()
+    assert tpu7x.supports_flex_start and tpu7x.flex_start_zones == frozenset({"us-central1-c"})
+    assert tpu7x.flex_start_zones <= tpu7x.known_zones
     assert tpu7x.known_zones and tpu7x.known_zones <= catalog.ALL_KNOWN_ZONES
     assert not tpu7x.known_zones & catalog.FAMILIES["v6e"].known_zones  # TPU7x is not where v6e is
 
 
-def test_tpu7x_resolves_and_its_unknown_host_size_comes_from_the_stack() -> None:
+def test_tpu7x_host_sizes_are_gkes_autoscaler_machine_table() -> None:
+    # GoogleCloudPlatform/cluster-autoscaler 7d25050, pkg/cloudprovider/gke/machinetypes/
+    # deprecated_machine_types_config.go: NewMachineTypeInfo("tpu7x-standard-1t", 56, 248), ("tpu7x-standard-4t", 224,
+    # 992), memory in GiB.
+    sizes = {m.name: (m.vcpus, m.memory_gib) for m in catalog.FAMILIES["tpu7x"].machine_types}
+    assert sizes == {"tpu7x-standard-1t": (56, 248), "tpu7x-standard-4t": (224, 992)}
     tpu = catalog.resolve_slice("tpu7x", "2x2x2")
-    assert (tpu.hosts_per_slice, tpu.multi_host, tpu.machine.size_known) == (2, True, False)
-    sized = catalog.resolve_slice("tpu7x", "2x2x2", host_size=(224, 960))
+    assert (tpu.hosts_per_slice, tpu.multi_host, tpu.machine.size_known) == (2, True, True)
+    sized = catalog.resolve_slice("tpu7x", "2x2x2", host_size=(224, 960))  # the override the API still takes
     assert (sized.machine.vcpus, sized.machine.memory_gib, sized.machine.size_known) == (224, 960, True)
-    assert catalog.FAMILIES["tpu7x"].machine_types[0].vcpus == 0  # the catalog itself is left as it was
+    assert catalog.FAMILIES["tpu7x"].machine_types[1].memory_gib == 992  # the catalog itself is left as it was
     assert all(f.unsupported is None for f in catalog.FAMILIES.values())
-    assert all(m.size_known for f in catalog.FAMILIES.values() if f.name != "tpu7x" for m in f.machine_types)
+    assert all(m.size_known for f in catalog.FAMILIES.values() for m in f.machine_types)

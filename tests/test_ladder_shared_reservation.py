@@ -1,6 +1,6 @@
 """A reservation rung may consume a reservation shared from another project (`reservation.project`): its pools'
-reservation_affinity value is then `projects/<project>/reservations/<name>` (the form Compute Engine and Cloud TPU
-document for a shared reservation); a bad project id is refused before any resource is registered."""
+reservation_affinity value is then `projects/<project>/reservations/<name>` (the form GKE's consuming-reservations page
+gives a node pool for a shared reservation); a bad project id is refused before any resource is registered."""
 
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ def test_a_shared_reservation_is_named_by_its_owner_project() -> None:
     assert shared.affinity_value == f"projects/{OWNER}/reservations/tpu-res"
     own = ladder(reservation_rung()).rungs[0].reservation
     assert own is not None and own.project is None and own.affinity_value == "tpu-res"
+
+
+def test_the_shared_form_cites_gkes_page_not_the_legacy_cloud_tpu_api() -> None:
+    # Issue 39 item 6: the node pool's form is GKE's (a node pool, not a Cloud TPU API queued resource).
+    from tpu_fallback.model.ladder import Reservation
+
+    doc = Reservation.affinity_value.__doc__ or ""
+    assert "kubernetes-engine/docs/how-to/consuming-reservations#specific_shared" in doc
+    assert "tpu/docs/consume-reservation" not in doc
+    assert "projects/{reservation.project}/reservations/{reservation.name}" in doc  # xpk's GKE node pools
 
 
 @pytest.mark.parametrize("project", ["My-Project", "123456789012", "tpu", "owner-project-", "1owner", "a" * 31, 42,

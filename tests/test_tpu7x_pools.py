@@ -1,6 +1,7 @@
-"""TPU7x (Ironwood) node pools (issue 27 item 5): the workload policy a multi-host slice is placed by, the VM size
-the stack config gives, and what stays as it was for every other family. The program runs under Pulumi's mock
-runtime on the fixture stack tests/fixtures/Pulumi.tpu7x.yaml (two on-demand 2x2x4 slices in us-central1-c)."""
+"""TPU7x (Ironwood) node pools (issue 27 item 5, issue 39 item 6): the workload policy a multi-host slice is placed
+by, the VM size from GKE's autoscaler machine table, flex-start where Google's blueprints run it, and what stays as it
+was for every other family. The program runs under Pulumi's mock runtime on the fixture stack
+tests/fixtures/Pulumi.tpu7x.yaml (two on-demand 2x2x4 slices in us-central1-c, no host size)."""
 
 from __future__ import annotations
 
@@ -95,17 +96,60 @@ def test_the_policy_and_pool_arguments_exist_in_the_installed_sdk(tpu7x: Program
                         importlib.import_module("pulumi_gcp.compute._inputs"))  # the walk reaches the policy's keys
 
 
-def test_the_configured_host_size_sizes_the_ladders_quotas() -> None:
+def test_the_catalogs_host_size_sizes_the_ladders_quotas() -> None:
     config = {key: value for key, value in fixture_config().items() if key not in ("onDemand", "flexStart")}
     settings = parse_settings({**config, "ladder": [{"name": "od", "kind": "onDemand", "pool": "od-pool",
                                                      "maxSlices": 1}]}, "my-gcp-project")
-    assert (settings.tpu.machine.vcpus, settings.tpu.machine.memory_gib) == (224, 960)
+    assert (settings.tpu.machine.vcpus, settings.tpu.machine.memory_gib) == (224, 992)
     (flavor,) = [f for f in queue_plan(settings).flavors if f.rung == "od"]
-    assert (flavor.quota["cpu"], flavor.quota["memory"]) == (224 * 4, f"{960 * 4}Gi")  # 4 hosts of a 2x2x4 slice
+    assert (flavor.quota["cpu"], flavor.quota["memory"]) == (224 * 4, f"{992 * 4}Gi")  # 4 hosts of a 2x2x4 slice
+
+
+LADDER_WITH_FLEX = [{"name": "od", "kind": "onDemand", "pool": "od-pool", "maxSlices": 1},
+                    {"name": "flex", "kind": "flexStart", "pool": "flex-pool", "maxSlices": 2}]
+
+
+def test_a_tpu7x_ladder_with_a_flex_start_rung_renders_in_the_blueprints_zone() -> None:
+    """cluster-toolkit (1047080) runs TPU7x with flex-start, queued and not (examples/gke-consumption-options/
+    dws-flex-start{,-queued-provisioning}/gke-tpu-7x, zone us-central1-c): the flexStart rung's pools are queued
+    flex-start pools placed by the rung's own workload policy."""
+    config = {key: value for key, value in fixture_config().items() if key not in ("onDemand", "flexStart")}
+    run = infra("dev", {**config, "onDemand": None, "flexStart": None, "ladder": LADDER_WITH_FLEX})
+    assert run.error is None, run.error
+    flex = [p for p in tpu_pools(run) if p.inputs["name"].startswith("flex-pool")]
+    assert sorted(p.inputs["name"] for p in flex) == ["flex-pool", "flex-pool-2"]
+    for pool in flex:
+        assert pool.inputs["queuedProvisioning"] == {"enabled": True}
+        assert pool.inputs["nodeConfig"]["flexStart"] is True
+        assert pool.inputs["placementPolicy"]["policyName"] == "ironwood-flex-pool-2x2x4"
+    assert {p.inputs["name"] for p in run.of_type(POLICY)} == {"ironwood-od-pool-2x2x4", "ironwood-flex-pool-2x2x4"}
+
+
+def test_two_plans_with_tpu7x_flex_start_render_in_us_central1_c() -> None:
+    run = infra("dev", {**fixture_config(), "flexStart": {"enabled": True, "name": "ironwood-dws", "maxSlices": 1}})
+    assert run.error is None, run.error
+    (dws,) = [p for p in tpu_pools(run) if p.inputs["name"] == "ironwood-dws"]
+    assert dws.inputs["queuedProvisioning"] == {"enabled": True}
+
+
+def test_tpu7x_flex_start_outside_the_listed_zone_is_refused_naming_it() -> None:
+    run = run_program(REPO_ROOT, "dev", {**fixture_config(), "location": "us-central1-ai1a",
+                                         "flexStart": {"enabled": True}}, raise_errors=False)
+    assert isinstance(run.error, ConfigError), repr(run.error)
+    assert str(run.error).startswith('location "us-central1-ai1a" is invalid: GKE offers tpu7x flex-start (plan B) '
+                                     "only in us-central1-c"), str(run.error)
+
+
+def test_the_one_chip_tpu7x_host_renders_as_a_single_host_pool() -> None:
+    run = infra("dev", {**fixture_config(), "tpu": {"type": "tpu7x", "topology": "1x1x1"}})
+    assert run.of_type(POLICY) == []
+    (pool,) = tpu_pools(run)
+    assert pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-1t"
+    assert "placementPolicy" not in pool.inputs
 
 
 def test_a_jobs_worker_request_is_not_refused_for_a_host_size_the_catalog_lacks() -> None:
-    machine = catalog.FAMILIES["tpu7x"].machine_types[0]
+    machine = catalog.MachineType("future-standard-4t", 4, 0, 0, ("2x2x1",), ())
     assert not machine.size_known
     assert capacity.fits_host(Resources(100, "100Gi"), machine)
     known = catalog.FAMILIES["v6e"].machine_types[1]
@@ -113,14 +157,13 @@ def test_a_jobs_worker_request_is_not_refused_for_a_host_size_the_catalog_lacks(
 
 
 @pytest.mark.parametrize(("tpu", "fragments"), [
-    ({"type": "tpu7x", "topology": "2x2x4"}, ["tpu.hostVcpus", "required for tpu7x-standard-4t",
-                                              "gcloud compute machine-types describe tpu7x-standard-4t"]),
-    ({"type": "tpu7x", "topology": "2x2x4", "hostVcpus": 224}, ["tpu.hostMemoryGib", "required"]),
-    ({"type": "tpu7x", "topology": "2x2x4", "hostVcpus": 0, "hostMemoryGib": 960},
-     ["tpu.hostVcpus 0", "expected an integer >= 1"]),
-    ({"type": "tpu7x", "topology": "2x2x4", "hostVcpus": "224", "hostMemoryGib": 960}, ['tpu.hostVcpus "224"']),
+    # The catalog has tpu7x-standard-4t's size now: a host size is refused as for every family, naming the catalog's.
+    ({"type": "tpu7x", "topology": "2x2x4", "hostVcpus": 224, "hostMemoryGib": 960},
+     ["tpu.hostVcpus 224", "only for a machine type whose size the catalog lacks",
+      "tpu7x-standard-4t has 224 vCPU and 992 GiB in the catalog"]),
+    ({"type": "tpu7x", "topology": "2x2x4", "hostMemoryGib": 992}, ["tpu.hostMemoryGib 992", "992 GiB in the catalog"]),
     ({"type": "v6e", "topology": "4x4", "hostVcpus": 100}, ["tpu.hostVcpus 100", "ct6e-standard-4t has 180 vCPU"]),
-    ({"type": "tpu7x", "topology": "2x2x4", "hostVcpus": 224, "hostMemoryGib": 960, "hostCpus": 1},
+    ({"type": "tpu7x", "topology": "2x2x4", "hostCpus": 1},
      ["tpu.hostCpus is not a known setting", "did you mean hostVcpus"]),
 ])
 def test_bad_host_sizes_are_refused_before_any_resource(tpu: dict[str, Any], fragments: list[str]) -> None:
@@ -129,11 +172,6 @@ def test_bad_host_sizes_are_refused_before_any_resource(tpu: dict[str, Any], fra
     for fragment in fragments:
         assert fragment in str(run.error), str(run.error)
     assert [r.name for r in run.resources if not r.options.get("read")] == []
-
-
-def test_tpu7x_flex_start_is_still_refused() -> None:
-    run = run_program(REPO_ROOT, "dev", {**fixture_config(), "flexStart": {"enabled": True}}, raise_errors=False)
-    assert isinstance(run.error, ConfigError) and "flex-start is offered for" in str(run.error), repr(run.error)
 
 
 def test_the_workload_policy_name_stays_within_63_characters_and_unique() -> None:
@@ -167,7 +205,7 @@ def test_a_new_topology_is_a_new_policy_and_replaces_the_pools() -> None:
     ("1.34.0-gke.2200999", False), ("1.33", False), ("1.33.9-gke.9999999", False),
 ])
 def test_the_gke_version_must_offer_tpu7x(version: str, ok: bool) -> None:
-    tpu = catalog.resolve_slice("tpu7x", "2x2x2", host_size=(224, 960))
+    tpu = catalog.resolve_slice("tpu7x", "2x2x2")
     if ok:
         check_gke_version(tpu, version)
     else:
@@ -187,34 +225,32 @@ def test_the_offline_plan_renders_the_fixture_stack(tmp_path: Path) -> None:
     assert 'placementPolicy.policyName = "ironwood-ironwood-pool-2x2x4"' in summary
 
 
-def test_a_tpu7x_stack_without_its_host_size_exits_2_without_a_traceback(tmp_path: Path) -> None:
+def test_a_tpu7x_stack_with_a_host_size_exits_2_without_a_traceback(tmp_path: Path) -> None:
     config = yaml.safe_load(FIXTURE.read_text())
-    del config["config"]["tpu-fallback:tpu"]["hostVcpus"]
+    config["config"]["tpu-fallback:tpu"]["hostVcpus"] = 224
     stack_file = tmp_path / "Pulumi.bad.yaml"
     stack_file.write_text(yaml.safe_dump(config))
     done = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "bad", "--stack-file", str(stack_file),
                            "--out", str(tmp_path / "out"), "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2, done.stderr
-    assert "tpu.hostVcpus" in done.stderr and "Traceback" not in done.stderr
+    assert "tpu.hostVcpus 224" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_tpu_output_carries_a_configured_host_size_and_the_jobs_stack_checks_workers_against_it() -> None:
-    """The catalog has no tpu7x-standard-4t size: the infra stack's `tpu` output hands the configured one to the jobs
-    stack, whose workerRequest check then works as for any catalog machine (GKE's allocatable of that host)."""
-    assert "hostVcpus" not in infra("dev").outputs["tpu"]  # a catalog size: the output is as it was
-    run = infra("dev", fixture_config())
-    config = fixture_config()["tpu"]
-    tpu = run.outputs["tpu"]
-    assert (tpu["hostVcpus"], tpu["hostMemoryGib"]) == (config["hostVcpus"], config["hostMemoryGib"])
+def test_the_tpu_output_has_no_host_size_and_the_jobs_stack_checks_workers_against_the_catalogs() -> None:
+    """The catalog sizes tpu7x-standard-4t: the infra stack's `tpu` output is as for every family, and the jobs
+    stack's workerRequest check works against GKE's allocatable of that host."""
+    # a quota that admits whole hosts, so that the host's size is what a request meets first
+    run = infra("dev", {**fixture_config(), "queues": {"quotas": {"onDemand": {"cpu": 4000, "memory": "40000Gi"}}}})
+    assert "hostVcpus" not in run.outputs["tpu"] and "hostMemoryGib" not in run.outputs["tpu"]
     refs = {"organization/tpu-fallback/dev": {"outputs": run.outputs, "secretOutputNames": sorted(run.secret_outputs)}}
-    room = capacity.gke_allocatable(config["hostVcpus"], config["hostMemoryGib"])
+    room = capacity.gke_allocatable(224, 992)
 
     def jobs_run(cpu: str) -> ProgramRun:
         jobs = [{"name": "j", "workerRequest": {"cpu": cpu, "memory": "16Gi"}}]
         return run_program(REPO_ROOT / "jobs", "dev", {"jobs": jobs}, stack_references=refs, raise_errors=False)
 
     assert jobs_run(str(room.cpu)).error is None
-    refused = jobs_run(str(config["hostVcpus"])).error  # the whole VM: more than GKE leaves pods
+    refused = jobs_run("224").error  # the whole VM: more than GKE leaves pods
     assert isinstance(refused, ConfigError) and str(refused).startswith("jobs[0].workerRequest"), refused
-    assert f"{config['hostVcpus']} vCPU" in str(refused)
+    assert "224 vCPU / 992 GiB" in str(refused)

@@ -208,25 +208,34 @@ FAMILIES: dict[str, TpuFamily] = {
             # GKE, "About Ironwood (TPU7x) in GKE" (https://cloud.google.com/kubernetes-engine/docs/concepts/
             # tpu-ironwood): GKE Standard 1.34.0-gke.2201000 and later; multi-host slice node pools take a workload
             # policy (High throughput), applied with --placement-policy, which "replaces the --tpu-topology flag
-            # used by other TPU versions"; each VM has 4 chips. The node label value and machine type as xpk uses
+            # used by other TPU versions"; each (4t) VM has 4 chips. The node label value and machine types as xpk uses
             # them (above). Ray's accelerator type as Ray names TPU generations (TPU-V<generation>).
             name="tpu7x",
             accelerator_label="tpu7x",
             ray_accelerator_type="TPU-V7X",
-            # vCPU and memory of tpu7x-standard-4t: not in the GKE, Cloud TPU or Compute Engine pages read here
-            # (2026-12-04), nor in GKE's own cluster autoscaler's machine table (k8s.io/gke-autoscaling
-            # cluster-autoscaler machinetypes: ct6e, no tpu7x). So 0 (unknown): the stack config gives
-            # them (tpu.hostVcpus, tpu.hostMemoryGib), read from `gcloud compute machine-types describe
-            # tpu7x-standard-4t --zone ZONE --format='value(guestCpus,memoryMb)'`, which is how Google's xpk sizes its
-            # Kueue quotas at run time (src/xpk/core/kueue_manager.py).
-            machine_types=(MachineType("tpu7x-standard-4t", 4, 0, 0, ("2x2x1",), _TPU7X_TOPOLOGIES),),
+            # vCPU and memory: GKE's cluster autoscaler machine table (GoogleCloudPlatform/cluster-autoscaler
+            # 7d250507339b3a7583b380349f217ea191ff15ff, pkg/cloudprovider/gke/machinetypes/
+            # deprecated_machine_types_config.go, family tpu7x: NewMachineTypeInfo("tpu7x-standard-1t", 56, 248) and
+            # ("tpu7x-standard-4t", 224, 992), memory in GiB: `math.Floor(memoryGb * units.GiB)`, machine_type.go).
+            # Chips per VM and single-host topologies: the same repository's deprecated_tpu_config.go (fixedTpuCount
+            # tpu7x-standard-1t 1, -4t 4; singleHostTopologyMap 1t "1x1x1", 4t "2x2x1"), as Google's xpk lists them
+            # (src/xpk/core/system_characteristics.py: tpu7x-standard-1t supported_topologies ['1x1x1']).
+            machine_types=(MachineType("tpu7x-standard-1t", 1, 56, 248, ("1x1x1",), ()),
+                           MachineType("tpu7x-standard-4t", 4, 224, 992, ("2x2x1",), _TPU7X_TOPOLOGIES)),
             # Cloud TPU "TPU regions and zones" (https://cloud.google.com/tpu/docs/regions-zones): TPU7x in
             # us-central1-c and the AI zone us-central1-ai1a.
             known_zones=frozenset({"us-central1-c", "us-central1-ai1a"}),
-            # GKE's flex-start TPU list and Cloud TPU's ("Request Cloud TPUs using Flex-start": "You can only request
-            # Flex-start TPU v6e and v5e") do not list TPU7x as read here: flex-start is refused for it.
-            flex_start_zones=frozenset(),
-            topology_rule=_THREE_D_RULE.format(144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
+            # Flex-start, queued and not: Google's cluster-toolkit ships TPU7x blueprints for both
+            # (GoogleCloudPlatform/cluster-toolkit 1047080375afbb44da4b596be314634e7486af4a,
+            # examples/gke-consumption-options/dws-flex-start/gke-tpu-7x/gke-tpu-7x.yaml `enable_flex_start: true` and
+            # examples/gke-consumption-options/dws-flex-start-queued-provisioning/gke-tpu-7x/gke-tpu-7x.yaml
+            # `enable_flex_start: true`, `enable_queued_provisioning: true`, machine_type tpu7x-standard-4t), each
+            # deployment file giving "example: us-central1-c" as the zone. GKE's flex-start page ("About flex-start
+            # provisioning mode", as read) lists no TPU7x zone yet: us-central1-c, the blueprints' zone, is the one
+            # listed here; allowUnlistedZone takes another.
+            flex_start_zones=frozenset({"us-central1-c"}),
+            topology_rule="1x1x1 (tpu7x-standard-1t), " + _THREE_D_RULE.format(
+                144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
             multi_host_placement=WORKLOAD_POLICY,
             # GKE's Ironwood page (above). cluster-toolkit's examples/gke-tpu-7x/README.md asks for 1.34.3-gke.1318000
             # for its blueprint; GKE's own figure is the one checked here.

@@ -62,14 +62,20 @@ class Reservation:
         """The node pools' reservation_affinity value: the name of a reservation in the cluster's own project, or
         `projects/<owner project>/reservations/<name>` for one shared from another project.
 
-        Compute Engine's ReservationAffinity.values (REST v1, as mirrored at
-        https://documentation.s3ns.fr/compute/docs/reference/rest/v1/ReservationAffinity): "This can be either a name
-        to a reservation in the same project or "projects/different-project/reservations/some-reservation-name" to
-        target a shared reservation in the same zone but in a different project". Cloud TPU's "Consume a
-        reservation" (https://docs.cloud.google.com/tpu/docs/consume-reservation) gives the same two forms:
-        RESERVATION_NAME, or projects/OWNER_PROJECT_ID/reservations/RESERVATION_NAME "if the reservation is in a
-        different project that your project can consume". pulumi-gcp NodePoolNodeConfigReservationAffinity.values:
-        "The list of label values of reservation resources" (with key compute.googleapis.com/reservation-name)."""
+        GKE "Consuming reserved zonal resources"
+        (https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations#specific_shared): a Standard
+        node pool consumes a specific reservation shared from another project by its resource path; as Google's xpk
+        PR #823 sums that section up, "Node pool can be created with reservations shared from projects different
+        from cluster project (by supplying resource path)", and xpk passes GKE TPU node pools exactly this value
+        (AI-Hypercomputer/xpk 367c838253bea41e7d7716145ad6513f44c1a21e, src/xpk/core/reservation.py
+        to_reservation_path: the name in the cluster's project, else
+        `projects/{reservation.project}/reservations/{reservation.name}`, to `--reservation-affinity=specific
+        --reservation=...`, src/xpk/core/capacity.py). (Cloud TPU's "Consume a reservation" is the TPU API's
+        queued-resources form, not a GKE node pool's.)
+        Compute Engine's ReservationAffinity.values (REST v1) agrees: "either a name to a reservation in the same
+        project or "projects/different-project/reservations/some-reservation-name" to target a shared reservation in
+        the same zone but in a different project". pulumi-gcp NodePoolNodeConfigReservationAffinity.values: "The
+        list of label values of reservation resources" (with key compute.googleapis.com/reservation-name)."""
         return self.name if self.project is None else f"projects/{self.project}/reservations/{self.name}"
 
 

@@ -11,7 +11,11 @@ from tpu_fallback.model.validation import fail, string
 
 PROJECT = "tpu-fallback"
 
-ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+# A zone: its region and a letter (us-east5-b), or an AI zone, the letter of its parent zone after `ai<N>`
+# (us-central1-ai1a, where the Cloud TPU zones page lists TPU7x; Compute Engine "AI zones",
+# https://docs.cloud.google.com/compute/docs/regions-zones/ai-zones: "us-central1-a is the parent zone of
+# us-central1-ai1a").
+ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-(?:ai\d+)?[a-z]$")
 REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 CLUSTER_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
 POOL_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
