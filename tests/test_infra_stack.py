@@ -125,7 +125,8 @@ def test_pools_depend_on_the_cluster_and_never_on_each_other(dev: ProgramRun) ->
 def test_outputs_contract(dev: ProgramRun) -> None:
     assert set(dev.outputs) == {
         "clusterName", "clusterLocation", "clusterEndpoint", "kubeconfig", "systemPool", "nodePools", "tpu",
-        "kueueNamespace", "kueueVersion", "clusterQueue", "localQueues", "flavors", "systemQuota",
+        "kueueNamespace", "kueueVersion", "clusterQueue", "localQueues", "flavors", "systemQuota", "tpuFlavors",
+        "elasticJobs",
     }
     assert dev.outputs["systemQuota"] == {"cpu": "10", "memory": "20Gi"}  # the tutorial's default-cpu quota
     assert dev.secret_outputs == {"kubeconfig"}

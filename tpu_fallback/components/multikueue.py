@@ -226,7 +226,9 @@ class MultiKueuePlatform(pulumi.ComponentResource):
     def _outputs(self) -> InfraOutputs:
         """The single-cluster contract, answered by the manager (so the jobs stack submits unchanged), plus workers.
 
-        tpu, systemPool, flavors and nodePools are the first worker's: what jobs on any worker match.
+        tpu, systemPool, flavors and nodePools are the first worker's: what jobs on any worker match. tpuFlavors are
+        every worker's, each marked with its worker: MultiKueue runs a job on whichever worker admits it, so a job
+        the jobs stack submits must fit one of them.
         """
         cluster = self.manager.cluster
         first = next(iter(self.workers.values()))
@@ -238,6 +240,8 @@ class MultiKueuePlatform(pulumi.ComponentResource):
             kubeconfig=self.manager.kubeconfig,
             cluster_queue=self.queue_plan.cluster_queue,
             local_queues=[{"namespace": ns, "name": q} for ns, q in self.queue_plan.local_queues],
+            tpu_flavors=[{**flavor, "worker": name} for name, p in self.workers.items()
+                         for flavor in p.outputs.tpu_flavors],
             multikueue=True,
             workers=[{"name": name, "location": p.settings.location, "clusterName": p.cluster.cluster.name}
                      for name, p in self.workers.items()],

@@ -17,7 +17,14 @@ from tpu_fallback.components.kueue import Kueue, KueueArgs
 from tpu_fallback.components.queues import FallbackQueues, FallbackQueuesArgs
 from tpu_fallback.components.tpu_pool import TpuNodePool, TpuNodePoolArgs
 from tpu_fallback.model.capacity import FLEX_START, ON_DEMAND
-from tpu_fallback.model.outputs import InfraOutputs, flavors_output, system_quota_output, tpu_output
+from tpu_fallback.model.outputs import (
+    InfraOutputs,
+    elastic_jobs_output,
+    flavors_output,
+    system_quota_output,
+    tpu_flavors_output,
+    tpu_output,
+)
 from tpu_fallback.model.queues import QueuePlan, node_pool_names, queue_plan
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.render.kueue import KUEUE_NAMESPACE, kueue_metrics_access, kueue_pod_monitoring
@@ -147,6 +154,8 @@ def queue_outputs(settings: Settings, plan: QueuePlan) -> dict[str, Any]:
         "local_queues": [{"namespace": ns, "name": q} for ns, q in plan.local_queues],
         "system_quota": system_quota_output(settings.queues.system_quota),
         "flavors": flavors_output(plan),
+        "tpu_flavors": tpu_flavors_output(plan, settings.tpu),
+        "elastic_jobs": elastic_jobs_output(settings.kueue),
     }
 
 

@@ -50,3 +50,21 @@ FEATURE_GATES: dict[str, frozenset[str]] = {
 
 # The Kueue versions the project is verified with; others need kueue.allowUnverifiedVersion.
 VERIFIED_VERSIONS: tuple[str, ...] = tuple(FEATURE_GATES)
+
+
+# ElasticJobsViaWorkloadSlices: alpha (off) since 0.13, beta and on by default since 0.18 (sigs.k8s.io/kueue@v0.19.2
+# pkg/features/kube_features.go: {Version: "0.13", Default: false, Alpha}, {Version: "0.18", Default: true, Beta}).
+ELASTIC_JOBS_GATE = "ElasticJobsViaWorkloadSlices"
+ELASTIC_JOBS_ON_BY_DEFAULT_SINCE = (0, 18)
+
+
+def elastic_jobs_gate(version: str, gates: dict[str, bool]) -> bool:
+    """Whether a Kueue of `version` with these feature gates set runs ElasticJobsViaWorkloadSlices: as set, else
+    the version's default. With it off, Kueue's RayJob webhook refuses the autoscaling an elastic job turns on ("a
+    kueue managed job should only use autoscaling when workload slicing is enabled": kueue v0.19.2
+    pkg/controller/jobs/raycluster/common.go ValidateCreate, called by pkg/controller/jobs/rayjob/rayjob_webhook.go;
+    pkg/workloadslicing/workloadslicing.go Enabled reads the gate and the kueue.x-k8s.io/elastic-job annotation)."""
+    if ELASTIC_JOBS_GATE in gates:
+        return bool(gates[ELASTIC_JOBS_GATE])
+    major, minor, *_ = (int(part) for part in version.split("."))
+    return (major, minor) >= ELASTIC_JOBS_ON_BY_DEFAULT_SINCE

@@ -11,9 +11,11 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any, get_type_hints
 
 from tpu_fallback.model.catalog import TpuSlice
+from tpu_fallback.model.kueue_features import elastic_jobs_gate
 from tpu_fallback.model.ladder import CONFIG_KIND
 from tpu_fallback.model.quantity import Resources, canonical_quantity
-from tpu_fallback.model.queues import QueuePlan, flavor_names
+from tpu_fallback.model.queues import COVERED_RESOURCES, QueuePlan, flavor_names
+from tpu_fallback.model.settings.kueue import KueueSettings
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class OutputSpec:
     secret: bool = False
     jobs_reads: bool = False  # the jobs program needs it
     multikueue_only: bool = False
+    optional: bool = False  # exported only where the stack knows it (not null: the engine would drop a null)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,16 @@ class InfraOutputs:
     system_quota: Annotated[Any, OutputSpec(
         "systemQuota", "`{cpu: \"10\", memory: 20Gi}`",
         "the default-cpu quota every job's Ray head shares (with KubeRay's pods: head + 1 CPU / 712Mi a job)")]
+    tpu_flavors: Annotated[Any, OutputSpec(
+        "tpuFlavors", "`[{name: on-demand, rung: on-demand, kind: onDemand, hosts: 4, quota: {cpu: \"40\", "
+        "memory: 75Gi, google.com/tpu: \"16\"}}, {name: dws, rung: flex-start, kind: flexStart, hosts: 4, "
+        "quota: {cpu: 1G, …}}]`",
+        "every TPU flavor in the order Kueue tries them: its rung and kind, the TPU hosts its node pool holds, and its "
+        "ClusterQueue quota (the tutorial's unlimited is 1e9: `1G`); multi-region mode: every worker's, each with its "
+        "`worker`. The jobs stack refuses a job no flavor can admit")] = None
+    elastic_jobs: Annotated[Any, OutputSpec(
+        "elasticJobs", "`true`", "whether the Kueue this stack installs admits elastic jobs (its "
+        "ElasticJobsViaWorkloadSlices gate); left out with `kueue.install: false`", optional=True)] = None
     multikueue: Annotated[Any, OutputSpec(
         "multikueue", "`true` (global)", "multi-region mode only: jobs are dispatched to the workers",
         multikueue_only=True)] = None
@@ -66,7 +79,7 @@ class InfraOutputs:
     def exports(self) -> dict[str, Any]:
         """Stack output name -> value; the multi-region outputs only where set."""
         return {spec.name: getattr(self, attr) for attr, spec in SPECS.items()
-                if not (spec.multikueue_only and getattr(self, attr) is None)}
+                if not ((spec.multikueue_only or spec.optional) and getattr(self, attr) is None)}
 
 
 _HINTS = get_type_hints(InfraOutputs, include_extras=True)
@@ -74,8 +87,9 @@ SPECS: dict[str, OutputSpec] = {f.name: _HINTS[f.name].__metadata__[0] for f in 
 OUTPUTS: tuple[OutputSpec, ...] = tuple(SPECS.values())
 OUTPUT_NAMES: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS)
 JOBS_READS: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS if spec.jobs_reads)
-# Read by the jobs program when present (multikueue only in multi-region mode; systemQuota since 2026-12).
-JOBS_READS_OPTIONAL: tuple[str, ...] = ("multikueue", "systemQuota")
+# Read by the jobs program when present (multikueue only in multi-region mode; systemQuota since 2026-12; tpuFlavors
+# and elasticJobs since issue 38, elasticJobs only where the stack installs Kueue).
+JOBS_READS_OPTIONAL: tuple[str, ...] = ("multikueue", "systemQuota", "tpuFlavors", "elasticJobs")
 SECRET_OUTPUTS: tuple[str, ...] = tuple(spec.name for spec in OUTPUTS if spec.secret)
 TPU_FIELDS = ("type", "machineType", "topology", "acceleratorLabel", "chipsPerHost", "hostsPerSlice", "chipsPerSlice")
 
@@ -108,6 +122,33 @@ def flavors_output(plan: QueuePlan) -> dict[str, Any]:
         out["rungs"] = [{"name": rung.name, "kind": CONFIG_KIND[rung.kind], "flavors": plan.flavors_of_rung(rung.name)}
                         for rung in plan.ladder.rungs]
     return out
+
+
+def tpu_flavors_output(plan: QueuePlan, tpu: TpuSlice) -> list[dict[str, Any]]:
+    """The `tpuFlavors` output: every TPU flavor of the ClusterQueue in the order Kueue tries them, with its rung, the
+    rung's kind as a stack file writes it, the hosts its node pool holds (a flavor selects exactly one pool) and its
+    quota in the canonical form Kueue stores. What the jobs stack checks a job against before submitting it: Kueue
+    gives all the pods of a worker group one flavor and admits it only when the group's total request fits that
+    flavor's quota (kueue v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go, fitsResourceQuota: "insufficient
+    quota for %s in flavor %s, ... > maximum capacity", reason ExceedsMaxQuota; no cohort here, so the maximum is the
+    nominal quota), and the pod set's pods then go to that one pool."""
+    out: list[dict[str, Any]] = []
+    for rung in plan.ladder.rungs:
+        for pool, name in zip(rung.pools(tpu), plan.flavors_of_rung(rung.name), strict=True):
+            flavor = plan.flavor(name)
+            assert flavor is not None
+            out.append({"name": name, "rung": rung.name, "kind": CONFIG_KIND[rung.kind], "hosts": pool.max_nodes,
+                        "quota": {r: canonical_quantity(flavor.quota[r]) for r in COVERED_RESOURCES}})
+    return out
+
+
+def elastic_jobs_output(kueue: KueueSettings) -> bool | None:
+    """The `elasticJobs` output: whether the Kueue this stack installs admits elastic jobs. Its
+    ElasticJobsViaWorkloadSlices gate as kueue.featureGates sets it, else the version's default (None with
+    kueue.install false: the running Kueue's gates are not this stack's to know)."""
+    if not kueue.install:
+        return None
+    return elastic_jobs_gate(kueue.version, dict(kueue.feature_gates))
 
 
 def markdown_table() -> str:
