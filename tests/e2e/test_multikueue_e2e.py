@@ -19,9 +19,13 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -237,6 +241,13 @@ def test_a_rayjob_runs_on_the_worker_and_reports_back(env: Env) -> None:
     assert check.get("state") == "Ready", local["status"]
     assert check.get("message") == f'The workload was admitted on "{worker.name}"'
     assert local["status"].get("clusterName") == worker.name
+    # `tpu-fallback status` on the manager says which worker runs it (issue 38).
+    shown = subprocess.run([str(Path(sys.executable).parent / "tpu-fallback"), "status", name, "-n", namespace,
+                            "-o", "json", "--kubeconfig", str(env.manager_plane.kubeconfig)],
+                           capture_output=True, text=True, timeout=60, check=True)
+    (job_status,) = json.loads(shown.stdout)["jobs"]
+    assert job_status["where"]["workerCluster"] == worker.name, job_status
+    assert job_status["state"] in ("admitted", "running") and job_status["job"]["name"] == name, job_status
     wait(env.manager, lambda: not (env.manager.get(RAY_API, "RayJob", name, namespace) or {}).get("spec", {})
          .get("suspend") or None, "the manager's RayJob unsuspended (spec.suspend false, left out)")
 
