@@ -99,6 +99,22 @@ def test_running_on_plan_a_says_where() -> None:
     assert (s.job_kind, s.cluster_queue, s.position) == ("RayJob", "cluster-queue", None)
 
 
+def test_waiting_for_quota_says_what_each_tpu_flavor_has_in_use() -> None:
+    queue = {"metadata": {"name": "cluster-queue"},
+             "spec": {"resourceGroups": [
+                 {"coveredResources": ["cpu"], "flavors": [{"name": "default-cpu", "resources": [
+                     {"name": "cpu", "nominalQuota": "10"}]}]},
+                 {"coveredResources": ["cpu", "google.com/tpu"], "flavors": [
+                     {"name": "on-demand", "resources": [{"name": "google.com/tpu", "nominalQuota": "16"}]},
+                     {"name": "dws", "resources": [{"name": "google.com/tpu", "nominalQuota": "1G"}]}]}]},
+             "status": {"flavorsReservation": [{"name": "on-demand", "resources": [
+                 {"name": "google.com/tpu", "total": "16"}]}]}}
+    wl = workload("q", conditions=[cond("QuotaReserved", "False", NOW - 10, "Pending", NO_QUOTA)])
+    s = one(cluster(wl, cluster_queues=[queue]), "q")
+    assert s.why[0] == "TPU quota in use: on-demand 16 of 16 chips, dws 0 of no limit", s.why
+    assert one(cluster(wl), "q").why[0] == f"Kueue: {NO_QUOTA}"  # the queue not read: no line
+
+
 def test_waiting_for_quota_in_kueue_order_priority_then_age() -> None:
     older = workload("old", created=NOW - 900, conditions=[cond("QuotaReserved", "False", NOW - 800, "Pending",
                                                                 NO_QUOTA)])

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from tpu_fallback.model.quantity import parse_quantity
+
 # The fallback controller's taint on a closed rung's flavors and its Event reasons (tpu_fallback/fallback/decide.py:
 # TAINT_KEY, PLAN_WORDS, LADDER_WORDS); status must not import the controller's package (layers), so they are
 # repeated here and tests/test_status.py checks that the two agree.
@@ -99,6 +101,7 @@ class Cluster:
     workloads: Sequence[Mapping[str, Any]]
     flavors: Sequence[Mapping[str, Any]] = ()
     local_queues: Sequence[Mapping[str, Any]] = ()
+    cluster_queues: Sequence[Mapping[str, Any]] = ()
     provisioning_requests: Sequence[Mapping[str, Any]] = ()
     provisioning_configs: Sequence[Mapping[str, Any]] = ()
     admission_checks: Sequence[Mapping[str, Any]] = ()
@@ -401,11 +404,14 @@ def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning |
 
     # Waiting for quota.
     why = []
+    usage = _tpu_quota_use(cluster, wl)
+    if usage:
+        why.append(f"TPU quota in use: {usage}")
     pending = _condition(wl, "QuotaReserved")
     if pending is not None and pending.get("message"):
         why.append(f"Kueue: {pending['message']}")
     else:
-        why.append("Kueue has not considered it yet")
+        why.append("Kueue has not tried it yet: the jobs ahead of it in line go first")
     for check in (wl.get("status") or {}).get("admissionChecks") or []:
         if check.get("state") in ("Retry", "Rejected"):
             why.append(f"admission check {check.get('name')}: {check.get('state')}"
@@ -425,6 +431,28 @@ def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning |
     since = max(t for t in (created, _since(requeued), _since(pending)) if t is not None) if any(
         t is not None for t in (created, _since(requeued), _since(pending))) else None
     return State.WAITING, since, why, "Kueue admits it when quota frees on a rung it may use"
+
+
+def _tpu_quota_use(cluster: Cluster, wl: Mapping[str, Any]) -> str:
+    """"on-demand 16 of 16 chips, dws 16 of 16" for the TPU flavors of the Workload's ClusterQueue, from its quota
+    (spec.resourceGroups) and what Kueue reserved (status.flavorsReservation); "" when the queue is not read."""
+    name = _cluster_queue_of(cluster, wl)
+    queue = next((q for q in cluster.cluster_queues if q["metadata"]["name"] == name), None)
+    if queue is None:
+        return ""
+    reserved = {str(f.get("name")): {str(r.get("name")): r.get("total") for r in f.get("resources") or []}
+                for f in (queue.get("status") or {}).get("flavorsReservation") or []}
+    parts = []
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            quota = {str(r.get("name")): r.get("nominalQuota") for r in flavor.get("resources") or []}
+            if "google.com/tpu" not in quota:
+                continue
+            used = parse_quantity(str(reserved.get(str(flavor["name"]), {}).get("google.com/tpu") or "0"))
+            total = parse_quantity(str(quota["google.com/tpu"] or "0"))
+            label = str(flavor["name"])  # the tutorial's unlimited quota is 1e9
+            parts.append(f"{label} {used:f} of {total:f} chips" if total < 10**6 else f"{label} {used:f} of no limit")
+    return ", ".join(parts)
 
 
 def _provisioning_words(p: Provisioning) -> str:

@@ -129,6 +129,7 @@ def read_cluster(reader: Reader, namespace: str | None) -> Cluster:
 
     local_queues = optional(f"{KUEUE}{scope}/localqueues", "queues")
     flavors = optional(f"{KUEUE}/resourceflavors", "closed rungs")
+    cluster_queues = optional(f"{KUEUE}/clusterqueues", "TPU quota in use")
     checks = optional(f"{KUEUE}/admissionchecks", "admission checks")
     configs = optional(f"{KUEUE}/provisioningrequestconfigs", "DWS retry limits")
     requests = optional(f"{PROVISIONING}{scope}/provisioningrequests", "ProvisioningRequests")
@@ -144,7 +145,8 @@ def read_cluster(reader: Reader, namespace: str | None) -> Cluster:
             notes.append(f"the fallback's config ({ns}/{name} config.json) is not JSON: its cool-down not shown")
     positions = _positions(reader, _items(workloads), notes)
     return Cluster(now=time.time(), workloads=_items(workloads), flavors=_items(flavors),
-                   local_queues=_items(local_queues), provisioning_requests=_items(requests),
+                   local_queues=_items(local_queues), cluster_queues=_items(cluster_queues),
+                   provisioning_requests=_items(requests),
                    provisioning_configs=_items(configs), admission_checks=_items(checks), events=_items(events),
                    controller=controller, positions=positions, notes=tuple(notes))
 
