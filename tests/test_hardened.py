@@ -273,7 +273,7 @@ def test_the_hardened_example_is_private_authorized_and_uses_no_default_service_
 
 
 def test_the_offline_plan_renders_the_hardened_example() -> None:
-    plan = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "hardened"], cwd=REPO_ROOT,
+    plan = subprocess.run([sys.executable, "-m", "tpu_fallback.offline.plan", "hardened", "--full"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=True).stdout
     assert "tpu-hardened" in plan and "RouterNat" in plan and "10.0.0.0/8" in plan
 

@@ -135,9 +135,11 @@ def check_compare_excerpt(out: Path) -> None:
 
 RENDERED = r"Rendered \d+ registrations"
 OFFLINE: dict[str, Offline] = {
-    "./scripts/plan dev": Offline((RENDERED, "At once on this cluster"), out=True, then=check_summary_excerpts),
+    "./scripts/plan dev": Offline((RENDERED, r"2 jobs at once, limited by TPU capacity"), out=True,
+                                  then=check_summary_excerpts),
     "./scripts/plan dev --project jobs": Offline((RENDERED, "rayjob-tpu-v6e-dws-1"), out=True),
-    "./scripts/plan dev --compare-stack prod": Offline((RENDERED, r"\d+ to replace, \d+ to update"), out=True),
+    "./scripts/plan dev --compare-stack prod": Offline((RENDERED, r"deletionProtection +true → false",
+                                                        r"\d+ to replace, \d+ to update"), out=True),
     # A checkout need not have a remote; HEAD takes the same path (git show REV:Pulumi.prod.yaml).
     "./scripts/plan prod --compare-rev origin/main": Offline((RENDERED, r"\d+ to replace, \d+ to update"), out=True,
                                                              replace={"origin/main": "HEAD"}),

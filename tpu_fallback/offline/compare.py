@@ -10,6 +10,14 @@ Job template. A field the provider can neither update nor replace for (inputs.NO
 topology) needs a new resource too; without replaceOnChanges the line says that `pulumi up` would not make one.
 Fields the program ignores after creation (ignore_changes) are listed as ignored, not as changes.
 It compares two renders; it is not `pulumi preview`, which diffs against the live state.
+
+Two stacks are two deployments whose clusters usually have different names (dev's `tpu-cluster`, prod's `tpu-prod`),
+so nothing would match by URN. With `Aliases` (compare mode across stacks) a resource is matched by its role: its
+logical name with the cluster's name (and in values the project id) read as a placeholder of the cluster's role
+(`<cluster>`, `<manager>`, `<worker us>`), so `tpu-cluster-plan-a-on-demand-pool` meets
+`tpu-prod-plan-a-on-demand-pool`.
+
+The replacement calls come from inputs.py's table, kept by hand beside the provider's source: advisory, see ADVISORY.
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ from tpu_fallback.offline.inputs import (
     IGNORED_NOTE,
     REPLACES_NOTE,
     block_added_or_removed,
-    flatten,
     has_block,
     mask,
     needs_replace_on_changes,
@@ -79,8 +86,45 @@ class Change:
         return {"create": "+", "delete": "-", "update": "~", "replace": "+-"}[self.op]
 
 
-def _key(resource: RecordedResource) -> str:
-    return resource.urn.split("::", 1)[1] if "::" in resource.urn else resource.urn
+ADVISORY = ("Which changed fields replace a resource is read from a table kept by hand beside the provider "
+            "(`tpu_fallback/offline/inputs.py`, from terraform-provider-google-beta's source): advisory. "
+            "`pulumi preview` has the last word.")
+
+
+@dataclass(frozen=True)
+class Aliases:
+    """Names read as the same on both sides (compare mode across stacks): each side's real name -> a placeholder
+    of its role (cluster names, the stack's cluster-name prefix, the project id)."""
+
+    before: dict[str, str]
+    after: dict[str, str]
+
+    def name(self, name: str, side: dict[str, str]) -> str:
+        """A logical name with its cluster-name prefix read as the role's placeholder."""
+        for real in sorted(side, key=len, reverse=True):
+            if name == real or name.startswith(f"{real}-"):
+                return side[real] + name[len(real):]
+        return name
+
+    def value(self, value: Any, side: dict[str, str]) -> Any:
+        """`value` with every real name in its strings read as its placeholder."""
+        if isinstance(value, str):
+            for real in sorted(side, key=len, reverse=True):
+                value = re.sub(rf"(?<![A-Za-z0-9]){re.escape(real)}(?![A-Za-z0-9])", side[real], value)
+            return value
+        if isinstance(value, list):
+            return [self.value(v, side) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v, side) for k, v in value.items()}
+        return value
+
+
+def _key(resource: RecordedResource, aliases: Aliases | None = None, side: dict[str, str] | None = None) -> str:
+    key = resource.urn.split("::", 1)[1] if "::" in resource.urn else resource.urn
+    if aliases is None or side is None:
+        return key
+    head, _, name = key.rpartition("::")
+    return f"{head}::{aliases.name(name, side)}"
 
 
 def _inputs(resource: RecordedResource) -> dict[str, Any]:
@@ -89,30 +133,30 @@ def _inputs(resource: RecordedResource) -> dict[str, Any]:
     return {k: whole_numbers(v) for k, v in resource.inputs.items() if not k.startswith("__")}
 
 
-_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-def named_key(value: Any, key: str) -> str:
-    """`key` with list indices replaced by the element's name where it has one, so a reviewer reads
-    spec.resourceGroups[0].flavors[on-demand].resources[cpu].nominalQuota rather than [1]...[0]."""
-    out = ""
-    for part, index in _STEP.findall(key):
-        if part:
-            out += f".{part}" if out else part
-            value = value.get(part) if isinstance(value, dict) else None
-            continue
-        item = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
-        name = item.get("name") if isinstance(item, dict) else None
-        out += f"[{name}]" if isinstance(name, str) and name else f"[{index}]"
-        value = item
-    return out
+def flatten_named(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """inputs.flatten, with the items of a list named by their `name` where each has a different one, so two renders
+    compare item by item whatever the order (a ClusterQueue's flavors: `flavors[on-demand]`, not `flavors[1]`),
+    and a reviewer reads spec.resourceGroups[0].flavors[on-demand].resources[cpu].nominalQuota."""
+    if isinstance(value, dict) and value:
+        rows: list[tuple[str, Any]] = []
+        for k, v in value.items():
+            rows.extend(flatten_named(v, f"{prefix}.{k}" if prefix else k))
+        return rows
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        names = [v.get("name") if isinstance(v, dict) else None for v in value]
+        named = all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names)
+        rows = []
+        for i, v in enumerate(value):
+            rows.extend(flatten_named(v, f"{prefix}[{names[i] if named else i}]"))
+        return rows
+    return [(prefix, value)]
 
 
 def _fields(resource: RecordedResource, computed: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(raw flattened inputs, shown flattened inputs: secrets masked, computed values unknown)."""
     raw = _inputs(resource)
     shown = show_unknowns(mask(raw, resource.secret_inputs), computed)
-    return dict(flatten(raw)), dict(flatten(shown))
+    return dict(flatten_named(raw)), dict(flatten_named(shown))
 
 
 def _forces(resource: RecordedResource, key: str, before: set[str], after: set[str]) -> tuple[bool, bool, str]:
@@ -137,10 +181,11 @@ def _forces(resource: RecordedResource, key: str, before: set[str], after: set[s
 
 
 
-def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
-    """What changes from `before` to `after`, in a stable order: replacements first, then updates, creates, deletes."""
-    old = {_key(r): r for r in before.resources if r.custom}
-    new = {_key(r): r for r in after.resources if r.custom}
+def diff(before: ProgramRun, after: ProgramRun, aliases: Aliases | None = None) -> list[Change]:
+    """What changes from `before` to `after`, in a stable order: replacements first, then updates, creates, deletes.
+    With `aliases`, resources are matched by role and values differing only in the aliased names are the same."""
+    old = {_key(r, aliases, aliases.before if aliases else None): r for r in before.resources if r.custom}
+    new = {_key(r, aliases, aliases.after if aliases else None): r for r in after.resources if r.custom}
     old_computed, new_computed = computed_values(before), computed_values(after)
     old_where, new_where = clusters_of(before), clusters_of(after)
     changes: list[Change] = []
@@ -159,7 +204,8 @@ def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
         fields: list[FieldChange] = []
         for k in sorted(set(raw_a) | set(raw_b)):
             va, vb = raw_a.get(k, MISSING), raw_b.get(k, MISSING)
-            if _same(va, vb):
+            if _same(va, vb) or (aliases is not None and va is not MISSING and vb is not MISSING
+                                 and _same(aliases.value(va, aliases.before), aliases.value(vb, aliases.after))):
                 continue
             sa, sb = shown_a.get(k, MISSING), shown_b.get(k, MISSING)
             if sa == sb == SECRET_PLACEHOLDER:
@@ -167,8 +213,7 @@ def diff(before: ProgramRun, after: ProgramRun) -> list[Change]:
             if sa == sb == UNKNOWN:  # both computed: the cloud decides, nothing a reviewer can compare
                 continue
             replaces, ignored, why = _forces(b, k, set(raw_a), set(raw_b))
-            shown_key = named_key(_inputs(b) if k in raw_b else _inputs(a), k)
-            fields.append(FieldChange(shown_key, sa, sb, replaces, ignored, why))
+            fields.append(FieldChange(k, sa, sb, replaces, ignored, why))
         if a.protect != b.protect:
             fields.append(FieldChange("(option) protect", a.protect, b.protect))
         real = [f for f in fields if not f.ignored]
@@ -198,30 +243,50 @@ def _show(value: Any) -> str:
 _WATCHED = {"gcp:container/nodePool:NodePool": "node pool", "gcp:container/cluster:Cluster": "cluster"}
 
 
-def markdown(changes: list[Change], before: str, after: str) -> list[str]:
+def counts_line(changes: list[Change]) -> str:
     counts = {op: sum(1 for c in changes if c.op == op) for op in ("replace", "update", "create", "delete")}
-    lines = [f"## Changes from {before} to {after}", "",
-             "A comparison of two offline renders (resources matched by URN), not `pulumi preview` against live "
-             "state. `+-` replace, `~` update, `+` create, `-` delete."]
-    lines += ["", f"**{counts['replace']} to replace, {counts['update']} to update, {counts['create']} to create, "
-              f"{counts['delete']} to delete.**"]
-    if not changes:
-        return [*lines, "", "No differences."]
-    watched = [c for c in changes if c.op in ("replace", "delete") and c.type in _WATCHED]
-    if watched:
-        lines.append("")
-        for c in watched:
+    return (f"{counts['replace']} to replace, {counts['update']} to update, {counts['create']} to create, "
+            f"{counts['delete']} to delete.")
+
+
+def watched_lines(changes: list[Change], short: bool = False) -> list[str]:
+    """The warnings a reviewer must not miss: a node pool or cluster replaced or deleted (`short`: without what it
+    means, for the terminal)."""
+    lines = []
+    for c in changes:
+        if c.op in ("replace", "delete") and c.type in _WATCHED:
             why = ", ".join(f.key for f in c.fields if f.replaces) or "removed"
             verb = "REPLACED" if c.op == "replace" else "DELETED"
             where = "" if c.type == "gcp:container/cluster:Cluster" else f" (cluster `{c.cluster}`)"
+            if short:
+                only = " only through replaceOnChanges, which it does not set" if c.op == "replace" and all(
+                    f.why == NOT_UPDATED for f in c.fields if f.replaces) else ""
+                lines.append(f"{_WATCHED[c.type]} `{c.name}`{where} is {verb}{only} ({why})")
+                continue
             if c.op == "replace" and all(f.why == NOT_UPDATED for f in c.fields if f.replaces):
                 # Nothing the provider replaces for: the change needs a new resource the program does not ask for.
-                lines.append(f"> **⚠ {_WATCHED[c.type]} `{c.name}`{where} is REPLACED only through replaceOnChanges, "
+                lines.append(f"**⚠ {_WATCHED[c.type]} `{c.name}`{where} is REPLACED only through replaceOnChanges, "
                              f"which it does not set** ({why}): `pulumi up` would report an in-place update and the "
                              "live resource would keep its old value.")
                 continue
-            lines.append(f"> **⚠ {_WATCHED[c.type]} `{c.name}`{where} is {verb}** ({why}): on a deployed stack "
+            lines.append(f"**⚠ {_WATCHED[c.type]} `{c.name}`{where} is {verb}** ({why}): on a deployed stack "
                          "its running TPU slices (or the whole cluster) go away with it.")
+    return lines
+
+
+def markdown(changes: list[Change], before: str, after: str, heading: str | None = None,
+             matched: str = "resources matched by URN") -> list[str]:
+    """The Changes section; `heading` replaces its title (None: "## Changes from <before> to <after>")."""
+    lines = [heading or f"## Changes from {before} to {after}", "",
+             f"A comparison of two offline renders ({matched}), not `pulumi preview` against live state. `+-` "
+             f"replace, `~` update, `+` create, `-` delete. {ADVISORY}"]
+    lines += ["", f"**{counts_line(changes)}**"]
+    if not changes:
+        return [*lines, "", "No differences."]
+    watched = watched_lines(changes)
+    if watched:
+        lines.append("")
+        lines += [f"> {w}" for w in watched]
     for c in changes:
         lines += ["", f"### {c.symbol} {c.op} `{c.type}` `{c.name}` ({c.cluster})"]
         if c.fields:

@@ -40,7 +40,7 @@ import yaml
 
 from tpu_fallback.model.settings import PROJECT
 from tpu_fallback.model.validation import ConfigError
-from tpu_fallback.offline import compare, report, stacks
+from tpu_fallback.offline import compare, report, screen, settings_view, stacks
 from tpu_fallback.offline.inputs import FORCES_REPLACEMENT, flatten, mask, replacement_note
 from tpu_fallback.offline.mockrun import (
     REPO_ROOT,
@@ -154,6 +154,8 @@ class Review:
     sections: list[list[str]] = field(default_factory=list)  # each a list of markdown lines
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    headline: list[str] = field(default_factory=list)  # the terminal's screen (tpu_fallback.offline.screen)
+    compare_headline: screen.CompareHeadline | None = None
 
     def lines(self) -> list[str]:
         out: list[str] = []
@@ -280,14 +282,22 @@ def infra_review(project_dir: Path, stack: str, prices: PriceTable) -> Review:
     if len(shapes) > 1:
         review.notes.append("The jobs stacks submit several job shapes; the concurrency above is for the first ("
                             + ", ".join(f"`{s.name}` ({s.source})" for s in shapes) + ").")
+    review.headline = screen.infra_headline(stack_report, prices, review.notes)
     return review
 
 
-def jobs_review(project_dir: Path, stack: str, references: dict[str, Any], prices: PriceTable) -> Review:
+def jobs_review(project_dir: Path, stack: str, references: dict[str, Any], prices: PriceTable,
+                run: ProgramRun | None = None) -> Review:
     infra_stack, specs = stacks.jobs_config(project_dir, stack)
     outputs = dict((references.get(infra_stack or "") or {}).get("outputs") or {})
     lines, diagram = report.jobs_markdown(infra_stack or "?", specs, outputs, prices)
-    return Review([lines, ["## Diagram", "", diagram.mermaid()]])
+    objects = run.kubernetes_objects() if run is not None else []
+    submitted = [f"{o['kind']} {(o.get('metadata') or {}).get('namespace', 'default')}/{o['metadata']['name']}"
+                 for o in objects if o.get("kind") not in ("ConfigMap", "Secret")]
+    headline = screen.jobs_headline(lines)
+    if submitted:
+        headline += ["", *screen.wrap("Submits " + ", ".join(submitted) + ".")]
+    return Review([lines, ["## Diagram", "", diagram.mermaid()]], headline=headline)
 
 
 @dataclass(frozen=True)
@@ -320,10 +330,62 @@ def _render(project_dir: Path, stack: str, stack_outputs: Path | None) -> Progra
                        raise_errors=False)
 
 
-def _compare(args: argparse.Namespace, project_dir: Path, after: ProgramRun) -> list[str]:
-    """The Changes section against the base the arguments name."""
+def _settings_rows(project_dir: Path, stack: str, infra: bool) -> dict[str, str] | None:
+    """The stack's settings as rows (settings_view), or None when they cannot be read (the render says why)."""
+    try:
+        if not infra:
+            return settings_view.jobs_rows(*stacks.jobs_config(project_dir, stack))
+        return settings_view.stack_rows(stacks.infra_settings(project_dir, stack))
+    except (ConfigError, ValueError, FileNotFoundError):
+        return None
+
+
+def _aliases(before_dir: Path, before_stack: str, after_dir: Path, after_stack: str
+             ) -> tuple[compare.Aliases | None, str]:
+    """How two stacks' resources are matched by role: (aliases, a sentence saying so); (None, why) when their
+    clusters have no role in common (a single cluster against MultiKueue's manager and workers)."""
+    try:
+        a, b = stacks.infra_settings(before_dir, before_stack), stacks.infra_settings(after_dir, after_stack)
+    except (ConfigError, ValueError, FileNotFoundError):
+        return None, ""
+    roles_a, roles_b = settings_view.cluster_roles(a), settings_view.cluster_roles(b)
+    common = [r for r in roles_a if r in roles_b and r != "stack"]
+    there, here = settings_view.describe_clusters(roles_a), settings_view.describe_clusters(roles_b)
+    if not common:
+        return None, (f"`{before_stack}` has {there} and `{after_stack}` has {here}: different clusters of different "
+                      "kinds, so their resources are not matched one to one; the settings above are what differs.")
+    placeholders = {r: f"<{r}>" for r in common}
+    if "stack" in roles_a and "stack" in roles_b:
+        placeholders["stack"] = "<stack>"
+    before = {roles_a[r]: p for r, p in placeholders.items()}
+    after = {roles_b[r]: p for r, p in placeholders.items()}
+    if a.project != b.project:
+        before[a.project], after[b.project] = "<project>", "<project>"
+    renamed = [r for r in common if roles_a[r] != roles_b[r]]
+    if not renamed and a.project == b.project:
+        return compare.Aliases(before, after), "Resources are matched by URN (the same cluster names)."
+    pairs = ", ".join(f"`{roles_a[r]}` ↔ `{roles_b[r]}`" for r in renamed)
+    project = f" and project `{a.project}` ↔ `{b.project}`" if a.project != b.project else ""
+    return compare.Aliases(before, after), (
+        f"`{before_stack}` and `{after_stack}` are two deployments: {there} and {here} are different clusters. "
+        f"Their resources are matched by role, reading {pairs or 'the cluster names'}{project} as the same in names "
+        f"and values; a change below is what turning `{before_stack}`'s settings into `{after_stack}`'s would do "
+        f"to `{before_stack}`.")
+
+
+@dataclass
+class Comparison:
+    """The Changes section (markdown) and its few lines for the screen."""
+
+    markdown: list[str]
+    headline: screen.CompareHeadline
+
+
+def _compare(args: argparse.Namespace, project_dir: Path, render_dir: Path, after: ProgramRun) -> Comparison:
+    """The Changes section against the base the arguments name: the settings that differ, then the resources."""
     stack = args.stack
     here = f"`{stack}`" + (f" ({args.stack_file})" if args.stack_file else " (this tree)")
+    aliases, matched = None, ""
     with contextlib.ExitStack() as scope:
         if args.compare_stack:
             side = Side(f"stack `{args.compare_stack}`", project_dir)
@@ -338,17 +400,67 @@ def _compare(args: argparse.Namespace, project_dir: Path, after: ProgramRun) -> 
             side = scope.enter_context(_side(project_dir, stack, f"`{stack}` at `{rev}`", text,
                                              stacks.git_show(rev, project_dir / "Pulumi.yaml")))
             base_stack = stack
+        title = f"## Changes from {side.label} to {here}"
         if side.project_dir is None:
             before = ProgramRun(after.project, base_stack, [], {}, set())
+            rows_before = None
             note = [f"(Pulumi.{stack}.yaml does not exist at the base: every resource is new.)"]
         else:
             before = _render(side.project_dir, base_stack, args.stack_outputs)
             note = []
             if before.error is not None:
-                return [f"## Changes from {side.label} to {here}", "",
-                        f"The base could not be rendered: {type(before.error).__name__}: {before.error}"]
-    lines = compare.markdown(compare.diff(before, after), side.label, here)
-    return lines[:2] + note + lines[2:] if note else lines
+                why = f"The base could not be rendered: {type(before.error).__name__}: {before.error}"
+                return Comparison([title, "", why], screen.CompareHeadline(
+                    screen.wrap(f"Compared with {side.label.replace('`', '')}: {why}")))
+            rows_before = _settings_rows(side.project_dir, base_stack, after.project == PROJECT)
+            if args.compare_stack and after.project == PROJECT:
+                aliases, matched = _aliases(side.project_dir, base_stack, render_dir, stack)
+        rows_after = _settings_rows(render_dir, stack, after.project == PROJECT)
+    lines = [title, ""]
+    headline = screen.CompareHeadline([f"Compared with {side.label.replace('`', '')}:"])
+    if rows_before is not None and rows_after is not None:
+        settings = settings_view.diff(rows_before, rows_after)
+        same = len(set(rows_before) | set(rows_after)) - len(settings)
+        names = (base_stack, stack) if args.compare_stack else ("base", "this")
+        lines += [f"### Settings that differ ({len(settings)})", "",
+                  *settings_view.markdown(settings, same, side.label if not args.compare_stack else f"`{base_stack}`",
+                                          here if not args.compare_stack else f"`{stack}`"), ""]
+        _settings_headline(headline, settings, same, *names)
+    different_kinds = bool(args.compare_stack and after.project == PROJECT and aliases is None and matched)
+    if different_kinds:
+        lines += ["### Resources", "", matched, "",
+                  f"`{base_stack}` renders {sum(r.custom for r in before.resources)} resources, `{stack}` "
+                  f"{sum(r.custom for r in after.resources)}."]
+        headline.tail += screen.wrap(matched.replace("`", ""), indent="    ", first="  ")
+        return Comparison(lines, headline)
+    changes = compare.diff(before, after, aliases)
+    heading = "### Resources" + (" matched by their role" if aliases is not None and "by role" in matched else "")
+    section = compare.markdown(changes, side.label, here, heading=heading,
+                               matched="resources matched by role" if "by role" in matched else
+                               "resources matched by URN")
+    lines += ([matched, ""] if matched else []) + section[:2] + note + section[2:]
+    how = "by role" if "by role" in matched else "by URN"
+    headline.tail += screen.wrap(f"Resources {how}: {compare.counts_line(changes)[:-1]}; replacements advisory.",
+                                 indent="    ", first="  ")
+    for warning in [] if args.compare_stack else compare.watched_lines(changes, short=True):
+        headline.tail += screen.wrap(warning, indent="      ", first="    ! ")
+    return Comparison(lines, headline)
+
+
+def _settings_headline(headline: screen.CompareHeadline, settings: list[settings_view.SettingChange], same: int,
+                       base: str, stack: str) -> None:
+    """The settings that differ, a row each (`key  before → after`), into `headline`."""
+    if not settings:
+        headline.head.append(f"  Settings: all {same} the same.")
+        return
+    width = min(max(len(c.key) for c in settings), 30)
+    headline.head.append(f"  {len(settings)} setting{'s differ' if len(settings) != 1 else ' differs'} "
+                         f"({base} → {stack}; {same} the same):")
+    for c in settings:
+        old = c.before if c.before is not None else "(none)"
+        new = c.after if c.after is not None else "(none)"
+        headline.rows.append(screen.wrap(f"{c.key.ljust(width)}   {old} → {new}", indent=" " * (width + 7),
+                                         first="    "))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     base.add_argument("--compare-file", metavar="FILE", help="compare against another stack file")
     base.add_argument("--compare-rev", metavar="REV",
                       help="compare against the stack file at a git revision (git show REV:Pulumi.<stack>.yaml)")
-    parser.add_argument("--quiet", action="store_true", help="do not print the summary")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--full", action="store_true",
+                       help="print the whole summary (every resource, the tree) instead of the one-screen headline")
+    shown.add_argument("--quiet", action="store_true", help="print only where the plan was written")
     args = parser.parse_args(argv)
 
     project_dir = (REPO_ROOT / args.project).resolve()
@@ -396,21 +511,31 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         elapsed = time.perf_counter() - started
         review = (infra_review(render_dir, args.stack, prices) if run.project == PROJECT
-                  else jobs_review(render_dir, args.stack, references, prices))
+                  else jobs_review(render_dir, args.stack, references, prices, run))
         if args.compare_stack or args.compare_file or args.compare_rev:
             try:
-                review.changes = _compare(args, project_dir, run)
+                comparison = _compare(args, project_dir, render_dir, run)
+                review.changes, review.compare_headline = comparison.markdown, comparison.headline
             except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
                 print(f"offline plan: cannot compare: {err}", file=sys.stderr)
                 return 2
     kube_path, summary_path = write_plan(run, out_dir, review)
-    if not args.quiet:
+    trailer = [f"Rendered {len(run.resources)} registrations in {elapsed:.2f}s (a render of the program, not a diff "
+               "against live state)."]
+    if not args.full and not args.quiet:
+        trailer.append("The rest (the diagram, price sources, every resource and the tree): --full, or the files:")
+    trailer += [f"Kubernetes objects: {_relative(kube_path)}", f"Summary:            {_relative(summary_path)}"]
+    if review.changes:
+        trailer.append(f"Compare:            {_relative(out_dir / 'compare.md')}")
+    trailer.append(f"PR report:          {_relative(out_dir / 'report.md')}")
+    if args.full:
         print(summary_path.read_text())
-    print(f"Rendered {len(run.resources)} registrations in {elapsed:.2f}s "
-          f"(a render of the program, not a diff against live state).")
-    print(f"Kubernetes objects: {_relative(kube_path)}")
-    print(f"Summary:            {_relative(summary_path)}")
-    print(f"PR report:          {_relative(out_dir / 'report.md')}")
+        print("\n".join(trailer))
+    elif args.quiet:
+        print("\n".join(trailer))
+    else:
+        title = f"Offline plan of {run.project} stack {args.stack}"
+        print(screen.render(title, review.headline, review.compare_headline, trailer), end="")
     return 0
 
 
