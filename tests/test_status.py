@@ -105,6 +105,7 @@ def test_waiting_for_quota_says_what_each_tpu_flavor_has_in_use() -> None:
                  {"coveredResources": ["cpu"], "flavors": [{"name": "default-cpu", "resources": [
                      {"name": "cpu", "nominalQuota": "10"}]}]},
                  {"coveredResources": ["cpu", "google.com/tpu"], "flavors": [
+                     {"name": "default-cpu", "resources": [{"name": "google.com/tpu", "nominalQuota": "0"}]},
                      {"name": "on-demand", "resources": [{"name": "google.com/tpu", "nominalQuota": "16"}]},
                      {"name": "dws", "resources": [{"name": "google.com/tpu", "nominalQuota": "1G"}]}]}]},
              "status": {"flavorsReservation": [{"name": "on-demand", "resources": [

@@ -36,6 +36,7 @@ SCHEDULE = (
     "test_evidence_v3_e2e",  # 121 alone (2026-12-04)
     "test_fallback_lifecycle_e2e",  # 127
     "test_stockout_fallback_e2e",  # 105
+    "test_status_e2e",  # about 250 alone (2026-12-05: four scenarios of tpu-fallback status)
     "test_job_kinds_e2e",  # about 100 (measured alone, 2 cores: a JobSet, a RayCluster and a batch Job to plan B)
     "test_elastic_e2e",  # 94
     "test_engine_examples_e2e",  # about 80 (the example stacks' previews and the hardened stack)

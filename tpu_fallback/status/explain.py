@@ -450,6 +450,8 @@ def _tpu_quota_use(cluster: Cluster, wl: Mapping[str, Any]) -> str:
                 continue
             used = parse_quantity(str(reserved.get(str(flavor["name"]), {}).get("google.com/tpu") or "0"))
             total = parse_quantity(str(quota["google.com/tpu"] or "0"))
+            if total == 0:
+                continue  # a CPU flavor in the TPU resource group (the chips covered, none given)
             label = str(flavor["name"])  # the tutorial's unlimited quota is 1e9
             parts.append(f"{label} {used:f} of {total:f} chips" if total < 10**6 else f"{label} {used:f} of no limit")
     return ", ".join(parts)
