@@ -5,8 +5,9 @@ command, and an entry whose command is gone from the pages fails too.
 
 The commands run side by side (a few seconds of CPU each). Offline plans write to a temporary directory (`--out`)
 instead of build/plan/, so a run never clobbers a plan someone is reading; that is the only change made to them.
-The excerpts the pages show of a plan (README's, docs/offline-plan.md's summary, diagram and compare excerpts) are
-checked line by line against what the commands rendered."""
+The excerpts the pages show of a plan (docs/offline-plan.md's summary, diagram and compare excerpts) are checked line
+by line against what the commands rendered, and the screen excerpts (README's and docs/offline-plan.md's `text`
+blocks) against what `./scripts/plan dev` and `./scripts/plan dev --compare-stack prod` printed."""
 
 from __future__ import annotations
 
@@ -104,6 +105,13 @@ COMPARE_NEW_TOPOLOGY = "2x4"  # docs/offline-plan.md: new.yaml is Pulumi.dev.yam
 
 
 @dataclass(frozen=True)
+class Result:
+    returncode: int
+    output: str
+    out: Path
+
+
+@dataclass(frozen=True)
 class Offline:
     """How to run one page command here: `out` appends `--out DIR` (an offline plan); `replace` swaps words of the
     command (placeholder files) for real ones; `expect` are patterns its stdout + stderr must contain; `then`
@@ -112,21 +120,33 @@ class Offline:
     expect: tuple[str, ...]
     out: bool = False
     replace: dict[str, str] = field(default_factory=dict)
-    then: Callable[[Path], None] | None = None
+    then: Callable[[Result], None] | None = None
 
 
-def check_summary_excerpts(out: Path) -> None:
-    summary = (out / "summary.md").read_text()
-    excerpts = markdown_blocks(REPO_ROOT / "README.md", "markdown") + markdown_blocks(DOCS / "offline-plan.md",
-                                                                                      "markdown")[:1]
+def check_summary_excerpts(result: Result) -> None:
+    summary = (result.out / "summary.md").read_text()
+    excerpts = markdown_blocks(DOCS / "offline-plan.md", "markdown")[:1]
     diagram = markdown_blocks(DOCS / "offline-plan.md", "mermaid")
-    assert len(excerpts) == 2 and len(diagram) == 1
+    assert len(excerpts) == 1 and len(diagram) == 1
     missing = [line for block in excerpts + diagram for line in excerpt_lines(block) if line not in summary]
     assert not missing, "lines of the pages' excerpts that the dev plan does not render"
+    check_screen(result, markdown_blocks(REPO_ROOT / "README.md", "text"))
 
 
-def check_compare_excerpt(out: Path) -> None:
-    summary = (out / "summary.md").read_text()
+def check_screen(result: Result, screens: list[str]) -> None:
+    """A page's excerpt of what the plan prints: each line as printed (the timing and the paths are left out)."""
+    assert len(screens) == 1
+    printed = result.output.splitlines()
+    missing = [line for line in screens[0].splitlines() if line not in printed]
+    assert not missing, "lines of a page's screen excerpt that the command does not print as they are"
+
+
+def check_compare_stack_screen(result: Result) -> None:
+    check_screen(result, markdown_blocks(DOCS / "offline-plan.md", "text"))
+
+
+def check_compare_excerpt(result: Result) -> None:
+    summary = (result.out / "summary.md").read_text()
     excerpt = [b for b in markdown_blocks(DOCS / "offline-plan.md", "markdown") if "to replace" in b]
     assert len(excerpt) == 1
     missing = [line for line in excerpt_lines(excerpt[0]) if line not in summary]
@@ -139,7 +159,8 @@ OFFLINE: dict[str, Offline] = {
                                   then=check_summary_excerpts),
     "./scripts/plan dev --project jobs": Offline((RENDERED, "rayjob-tpu-v6e-dws-1"), out=True),
     "./scripts/plan dev --compare-stack prod": Offline((RENDERED, r"deletionProtection +true → false",
-                                                        r"\d+ to replace, \d+ to update"), out=True),
+                                                        r"\d+ to replace, \d+ to update"), out=True,
+                                                       then=check_compare_stack_screen),
     # A checkout need not have a remote; HEAD takes the same path (git show REV:Pulumi.prod.yaml).
     "./scripts/plan prod --compare-rev origin/main": Offline((RENDERED, r"\d+ to replace, \d+ to update"), out=True,
                                                              replace={"origin/main": "HEAD"}),
@@ -205,13 +226,6 @@ def _venv_env() -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    output: str
-    out: Path
-
-
 def _run(command: str, spec: Offline, tmp: Path) -> Result:
     out = tmp / re.sub(r"\W+", "-", command)[:80]
     shell = command
@@ -244,4 +258,4 @@ def test_offline_command_runs(command: str, results: dict[str, Result]) -> None:
     for pattern in spec.expect:
         assert re.search(pattern, result.output), (pattern, result.output[-3000:])
     if spec.then is not None:
-        spec.then(result.out)
+        spec.then(result)

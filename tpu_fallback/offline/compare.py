@@ -86,9 +86,10 @@ class Change:
         return {"create": "+", "delete": "-", "update": "~", "replace": "+-"}[self.op]
 
 
-ADVISORY = ("Which changed fields replace a resource is read from a table kept by hand beside the provider "
-            "(`tpu_fallback/offline/inputs.py`, from terraform-provider-google-beta's source): advisory. "
-            "`pulumi preview` has the last word.")
+REPLACEMENT_TABLE = ("a table kept by hand beside the provider (`tpu_fallback/offline/inputs.py`, read from "
+                     "terraform-provider-google-beta's source)")
+ADVISORY = (f"Which changed fields replace a resource is read from {REPLACEMENT_TABLE}: advisory. `pulumi preview` "
+            "has the last word.")
 
 
 @dataclass(frozen=True)

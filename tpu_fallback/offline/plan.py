@@ -41,7 +41,7 @@ import yaml
 from tpu_fallback.model.settings import PROJECT
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline import compare, report, screen, settings_view, stacks
-from tpu_fallback.offline.inputs import FORCES_REPLACEMENT, flatten, mask, replacement_note
+from tpu_fallback.offline.inputs import FORCES_REPLACEMENT, REPLACES_NOTE, flatten, mask, replacement_note
 from tpu_fallback.offline.mockrun import (
     REPO_ROOT,
     SECRET_PLACEHOLDER,
@@ -188,6 +188,9 @@ def summary(run: ProgramRun, review: Review | None = None) -> str:
     helm = sorted((r for r in run.resources if r.type.startswith("kubernetes:helm.sh/")), key=lambda r: r.name)
     kube = _kubernetes_resources(run)
     lines.append(f"## Cloud resources ({len(cloud)})")
+    if any(_replacement_note(r, k) for r in cloud for k, _ in _flatten(r.inputs)):
+        lines += ["", f"`{REPLACES_NOTE.strip()}` is advisory: it comes from {compare.REPLACEMENT_TABLE}; `pulumi "
+                  "preview` has the last word.", ""]
     for resource in cloud:
         lines.extend(_describe(resource, computed))
     lines.append(f"## Helm releases ({len(helm)})")
