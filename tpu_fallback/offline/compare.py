@@ -244,6 +244,26 @@ def _show(value: Any) -> str:
 _WATCHED = {"gcp:container/nodePool:NodePool": "node pool", "gcp:container/cluster:Cluster": "cluster"}
 
 
+def to_json(changes: list[Change], before: ProgramRun, after: ProgramRun) -> list[dict[str, Any]]:
+    """The changes as compare.json holds them, for tools/replacecheck.py: each with the URN without its stack (as
+    `pulumi preview --json` names the resource, less the stack) and the top-level inputs it is replaced for."""
+    urns = {(r.type, r.name): r.urn for r in [*before.resources, *after.resources] if r.custom}
+    out = []
+    for c in changes:
+        urn = urns.get((c.type, c.name), "")
+        out.append({"op": c.op, "type": c.type, "name": c.name, "cluster": c.cluster,
+                    "urn": urn.split("::", 1)[1] if "::" in urn else urn,
+                    "replacedFor": sorted({top_level(f.key) for f in c.fields if f.replaces}),
+                    "changed": sorted({top_level(f.key) for f in c.fields if not f.ignored})})
+    return out
+
+
+def top_level(key: str) -> str:
+    """The top-level input of a flattened key (`placementPolicy` of `placementPolicy.tpuTopology`), as Pulumi's
+    diffReasons and replaceReasons name it."""
+    return re.split(r"[.\[]", key, maxsplit=1)[0]
+
+
 def counts_line(changes: list[Change]) -> str:
     counts = {op: sum(1 for c in changes if c.op == op) for op in ("replace", "update", "create", "delete")}
     return (f"{counts['replace']} to replace, {counts['update']} to update, {counts['create']} to create, "

@@ -156,6 +156,7 @@ class Review:
     notes: list[str] = field(default_factory=list)
     headline: list[str] = field(default_factory=list)  # the terminal's screen (tpu_fallback.offline.screen)
     compare_headline: screen.CompareHeadline | None = None
+    compare_json: list[dict[str, Any]] | None = None  # compare.json (compare.to_json), for tools/replacecheck.py
 
     def lines(self) -> list[str]:
         out: list[str] = []
@@ -267,6 +268,8 @@ def write_plan(run: ProgramRun, out_dir: Path, review: Review | None = None) -> 
     (out_dir / "report.md").write_text(pr_report(run, review))
     if review is not None and review.changes:
         (out_dir / "compare.md").write_text("\n".join(review.changes) + "\n")
+    if review is not None and review.compare_json is not None:
+        (out_dir / "compare.json").write_text(json.dumps(review.compare_json, indent=1) + "\n")
     return kube_path, summary_path
 
 
@@ -382,6 +385,7 @@ class Comparison:
 
     markdown: list[str]
     headline: screen.CompareHeadline
+    json: list[dict[str, Any]] | None = None  # the resources' changes, matched by URN only (compare.to_json)
 
 
 def _compare(args: argparse.Namespace, project_dir: Path, render_dir: Path, after: ProgramRun) -> Comparison:
@@ -447,7 +451,7 @@ def _compare(args: argparse.Namespace, project_dir: Path, render_dir: Path, afte
                                  indent="    ", first="  ")
     for warning in [] if args.compare_stack else compare.watched_lines(changes, short=True):
         headline.tail += screen.wrap(warning, indent="      ", first="    ! ")
-    return Comparison(lines, headline)
+    return Comparison(lines, headline, None if args.compare_stack else compare.to_json(changes, before, after))
 
 
 def _settings_headline(headline: screen.CompareHeadline, settings: list[settings_view.SettingChange], same: int,
@@ -519,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 comparison = _compare(args, project_dir, render_dir, run)
                 review.changes, review.compare_headline = comparison.markdown, comparison.headline
+                review.compare_json = comparison.json
             except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
                 print(f"offline plan: cannot compare: {err}", file=sys.stderr)
                 return 2
