@@ -155,9 +155,12 @@ def test_jobs_follow_the_infra_tpu_without_a_jobs_config_change(tpu: dict[str, s
 
 
 def test_two_slices_per_job() -> None:
-    run = jobs_run(overrides={"jobs": [{"name": "big", "count": 1, "workers": 8}]})
+    """Two single-host slices in one pool of two nodes; two multi-host slices can never run (each slice is a node pool
+    and a Kueue flavor of its own: tests/test_job_admission.py)."""
+    run = jobs_run({"tpu": {"type": "v6e", "topology": "2x2"}, "onDemand": {"maxSlices": 2}},
+                   {"jobs": [{"name": "big", "count": 1, "workers": 2}]})
     group = rayjobs(run)[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
-    assert (group["replicas"], group["numOfHosts"]) == (2, 4)
+    assert (group["replicas"], group["numOfHosts"]) == (2, 1)
     assert "kueue.x-k8s.io/elastic-job" not in rayjobs(run)[0]["metadata"].get("annotations", {})
     assert "enableInTreeAutoscaling" not in rayjobs(run)[0]["spec"]["rayClusterSpec"]
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
 from tpu_fallback.model import capacity, queues
-from tpu_fallback.model.jobs import JobSpec
+from tpu_fallback.model import jobs as jobs_model
+from tpu_fallback.model.jobs import JobSpec, TpuFlavor
 from tpu_fallback.model.labels import TPU_RESOURCE
-from tpu_fallback.model.ladder import KIND_TEXT, KINDS, RESERVATION, SPOT, Ladder
+from tpu_fallback.model.ladder import CONFIG_KIND, KIND_TEXT, KINDS, RESERVATION, SPOT, Ladder
 from tpu_fallback.model.quantity import parse_quantity
 from tpu_fallback.model.settings import Settings
 from tpu_fallback.offline.prices import Price, PriceTable, money
@@ -667,7 +668,9 @@ def diagram(report: StackReport) -> Diagram:
 def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[str, object], table: PriceTable
                   ) -> tuple[list[str], Diagram]:
     """What the jobs stack submits, against the infra stack's outputs: slices and chips per copy, the list price of
-    a copy per hour on each plan, and a diagram of the jobs and the queue they go to."""
+    a copy per hour on each plan where Kueue can admit it (a rung none of whose flavors can take the job, by quota,
+    pool size or an untolerated taint, says why instead of a price), what the jobs stack warns of, and a diagram of
+    the jobs and the queue they go to."""
     tpu = outputs.get("tpu") if isinstance(outputs.get("tpu"), dict) else {}
     assert isinstance(tpu, dict)
     hosts_per_slice = int(tpu.get("hostsPerSlice", 0) or 0)
@@ -682,15 +685,18 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
     queues_out = outputs.get("localQueues") or []
     assert isinstance(queues_out, list)
     default_queue = f"{queues_out[0]['namespace']}/{queues_out[0]['name']}" if queues_out else "?"
-    # (heading, rung kind, flavor present): a ladder's rungs (flavors.rungs) in ladder order; else plan A / plan B.
+    # (heading, rung kind, flavor present, rung name): a ladder's rungs (flavors.rungs) in ladder order; else plan A /
+    # plan B.
     rungs = _job_rungs(flavors)
+    tpu_flavors = _tpu_flavors(infra_stack, outputs)
+    chips_per_host = int(tpu.get("chipsPerHost", 0) or 0)
     lines = ["## Jobs", "", f"Against infra stack `{infra_stack}`: TPU {family} {tpu.get('topology', '?')} "
              f"({hosts_per_slice} hosts, {chips_per_slice} chips per slice)"
              + (", dispatched by MultiKueue to whichever worker admits the job first" if multikueue else
                 f", cluster `{outputs.get('clusterName', '?')}` in {location}") + ". How many run at once is the "
              "infra stack's report (its quotas and pools); list prices, not a bill.", "",
              "| job | copies | queue | TPU hosts per copy | slices | chips | "
-             + "".join(f"{heading} per copy-hour | " for heading, _k, _p in rungs).rstrip(),
+             + "".join(f"{heading} per copy-hour | " for heading, _k, _p, _r in rungs).rstrip(),
              "|---|---:|---|---:|---:|---:|" + "---:|" * len(rungs)]
     d = Diagram()
     members: list[str] = []
@@ -700,12 +706,13 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
         slices = hosts // hosts_per_slice if hosts_per_slice else 0
         chips = slices * chips_per_slice
         cost = []
-        for _heading, kind, present in rungs:
+        for _heading, kind, present, rung in rungs:
             if not present:
                 cost.append("–")
                 continue
-            if kind == SPOT and not spec.preemptible:  # Kueue never gives it the spot flavor (its taint)
-                cost.append("– (not preemptible)")
+            never = _never_admitted(spec, kind, rung, tpu_flavors, hosts, chips_per_host)
+            if never is not None:  # priced only where Kueue can admit it
+                cost.append(f"– ({never})")
                 continue
             price = rung_price(table, family, kind, region) if not multikueue else Price(None, "depends on the "
                                                                                                "worker")
@@ -720,8 +727,11 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
         if lq not in d.nodes:
             d.node(lq, f"LocalQueue {queue}<br/>(infra {infra_stack.split('/')[-1]})", members)
         d.edges.append((job, lq, "kueue.x-k8s.io/queue-name"))
+    warnings = _job_warnings(infra_stack, specs, outputs)
+    if warnings:
+        lines += ["", "The jobs stack warns (`pulumi up` shows the same):", "", *(f"- {w}" for w in warnings)]
     if not multikueue and "rungs" in flavors:
-        kinds = list(dict.fromkeys(kind for _h, kind, _p in rungs))
+        kinds = list(dict.fromkeys(kind for _h, kind, _p, _r in rungs))
         lines += ["", f"Prices: {family} chip-hour in {region}: " + "; ".join(
             f"{KIND_TEXT[kind]} {_price_text(rung_price(table, family, kind, region))}" for kind in kinds)
             + f" ({table.origin})."]
@@ -732,22 +742,59 @@ def jobs_markdown(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[st
     return lines, d
 
 
-def _job_rungs(flavors: dict[object, object]) -> list[tuple[str, str, bool]]:
-    """The jobs table's price columns: (heading, rung kind, whether the infra stack has it). A ladder stack's
-    `flavors.rungs` (every rung in ladder order, with the kind its stack file writes); an older or two-plan stack's
-    plan A (onDemand) and plan B (flexStart) as before."""
+def _job_rungs(flavors: dict[object, object]) -> list[tuple[str, str, bool, str | None]]:
+    """The jobs table's price columns: (heading, rung kind, whether the infra stack has it, the rung's name; None for
+    today's two plans, whose flavors go by kind). A ladder stack's `flavors.rungs` (every rung in ladder order, with
+    the kind its stack file writes); an older or two-plan stack's plan A (onDemand) and plan B (flexStart) as
+    before."""
     rungs = flavors.get("rungs")
     if isinstance(rungs, list) and rungs:
-        out = []
+        out: list[tuple[str, str, bool, str | None]] = []
         for rung in rungs:
             kind = KINDS.get(str(rung.get("kind"))) if isinstance(rung, dict) else None
             if kind is None:  # an infra stack newer than this plan: price what it knows
                 continue
-            out.append((f"`{rung['name']}` ({KIND_TEXT[kind]})", kind, bool(rung.get("flavors"))))
+            out.append((f"`{rung['name']}` ({KIND_TEXT[kind]})", kind, bool(rung.get("flavors")), str(rung["name"])))
         if out:
             return out
-    return [("plan A", capacity.ON_DEMAND, flavors.get("onDemand") is not None),
-            ("plan B", capacity.FLEX_START, flavors.get("flexStart") is not None)]
+    return [("plan A", capacity.ON_DEMAND, flavors.get("onDemand") is not None, None),
+            ("plan B", capacity.FLEX_START, flavors.get("flexStart") is not None, None)]
+
+
+def _tpu_flavors(infra_stack: str, outputs: dict[str, object]) -> tuple[TpuFlavor, ...] | None:
+    """The infra stack's TPU flavors (its `tpuFlavors` output); None from a stack deployed before it had them."""
+    value = outputs.get("tpuFlavors")
+    if not isinstance(value, list) or not value:
+        return None
+    try:
+        return tuple(TpuFlavor.from_output(infra_stack, f) for f in value)
+    except ValueError:  # ConfigError: an entry this plan cannot read; the program says so
+        return None
+
+
+def _never_admitted(spec: JobSpec, kind: str, rung: str | None, flavors: tuple[TpuFlavor, ...] | None, hosts: int,
+                    chips_per_host: int) -> str | None:
+    """Why Kueue can never admit a copy of the job to any flavor of this rung (None: it can, or it is not known).
+    Without the infra stack's `tpuFlavors`, only the spot taint is known: Kueue never gives a spot flavor to a job
+    that does not tolerate it."""
+    if flavors is None:
+        return "not preemptible" if kind == SPOT and not spec.preemptible else None
+    config_kind = CONFIG_KIND[kind]
+    mine = [f for f in flavors if (f.rung == rung if rung is not None else f.kind == config_kind)]
+    reasons = [jobs_model.flavor_fit(spec, f, hosts, chips_per_host) for f in mine]
+    if not reasons or None in reasons:
+        return None
+    return reasons[0]
+
+
+def _job_warnings(infra_stack: str, specs: tuple[JobSpec, ...], outputs: dict[str, object]) -> list[str]:
+    """The warnings the jobs program logs for these jobs (tpu_fallback.model.jobs.plan_jobs), where the outputs are
+    complete enough to plan them."""
+    try:
+        facts = jobs_model.InfraFacts.from_outputs(infra_stack, outputs)
+        return [w for planned in jobs_model.plan_jobs(specs, facts) for w in planned.warnings]
+    except (ValueError, KeyError, TypeError):  # ConfigError: the program refuses the jobs and says why
+        return []
 
 
 def _price_text(price: Price) -> str:

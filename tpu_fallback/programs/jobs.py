@@ -57,6 +57,8 @@ def submit_jobs() -> dict[str, pulumi.Output[Any]]:
         with reported_cleanly():
             facts = InfraFacts.from_outputs(infra_stack, outputs)
             planned = model.plan_jobs(jobs, facts)
+        for warning in (w for p in planned for w in p.warnings):
+            pulumi.log.warn(warning)  # a job Kueue admits to fewer rungs than its config suggests
         JobSubmission("jobs", JobSubmissionArgs(facts, planned, kubeconfig,
                                                 cluster_identifier(infra_stack, values[1])))
         return stack_outputs(planned)
