@@ -28,7 +28,7 @@ from tpu_fallback.model import jobs as model
 from tpu_fallback.model.kueue_features import elastic_jobs_gate
 from tpu_fallback.model.quantity import Resources
 from tpu_fallback.model.validation import ConfigError
-from tpu_fallback.offline import prices, report
+from tpu_fallback.offline import prices, report, stacks
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
 JOBS = REPO_ROOT / "jobs"
@@ -338,3 +338,17 @@ def test_the_jobs_docs_name_every_refusal() -> None:
                    "maxReplicas", "tpuFlavors", "exit code 2", "warning"):
         assert phrase in section, phrase
     assert yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])  # its example is YAML
+
+
+def test_the_infra_plan_prices_a_job_shape_only_on_the_plans_that_admit_it() -> None:
+    """The infra stack's report prices its jobs stacks' job shape per plan: a plan whose quota never admits it says so
+    instead of a price."""
+    settings = stacks.infra_settings(REPO_ROOT, "dev")
+    lines = {}
+    for cpu in ("8", "12"):
+        shape = stacks.JobShape("j", Resources("2", "4Gi"), Resources(cpu, "16Gi"), None, 1, "a test")
+        cost = report.cost_markdown(report.stack_report(settings, shape), prices.load())
+        (lines[cpu],) = [line for line in cost if line.startswith("- A job on")]
+    assert "plan A (on-demand) $" in lines["8"] and "never" not in lines["8"]
+    assert "plan A (on-demand) never: Kueue cannot admit it there (on-demand: cpu quota 40)" in lines["12"]
+    assert "plan A (on-demand) $" not in lines["12"] and "plan B (DWS flex-start)" in lines["12"]

@@ -534,6 +534,10 @@ def cost_markdown(report: StackReport, table: PriceTable) -> list[str]:
         parts = []
         on_demand = next((a for p, a in cost.job.items() if cost.cluster.kind_of(p) == capacity.ON_DEMAND), None)
         for plan, amount in cost.job.items():
+            run = next((r for r in cost.cluster.plans if r.plan == plan), None)
+            if run is not None and run.runs == 0:  # priced only where Kueue can admit it
+                parts.append(f"{cost.cluster.plan_name(plan)} never: Kueue cannot admit it there ({run.limit})")
+                continue
             text = amount.text()
             if (cost.cluster.kind_of(plan) == capacity.FLEX_START and amount.missing and on_demand is not None
                     and not on_demand.missing):
