@@ -105,7 +105,7 @@ JOBS_RULES: list[tuple[dict[str, Any], list[str]]] = [
     ({"jobs": [{"name": "a", "env": {"1BAD": "x"}}]}, ["jobs[0].env", '"1BAD"', "environment variable name"]),
     ({"jobs": [{"name": "a", "env": {"N": 3}}]}, ["jobs[0].env.N 3", "read the unquoted value as a number",
                                                   'quote it in the stack file ("3")']),
-    ({"jobs": [{"name": "a", "env": {"N": True}}]}, ["jobs[0].env.N True", 'quote it in the stack file ("true")']),
+    ({"jobs": [{"name": "a", "env": {"N": True}}]}, ["jobs[0].env.N true", 'quote it in the stack file ("true")']),
     ({"jobs": [{"name": "a", "count": 1000}]}, ["jobs[0].count", "1000", "at most 100 copies", "wait in Kueue"]),
     ({"jobs": [{"name": "a", "workerRequest": {"cpu": "0"}}]}, ["jobs[0].workerRequest.cpu", "must be positive"]),
     ({"jobs": [{"name": "a", "queue": "nope"}]}, ["jobs[0].queue", '"nope"', "not a local queue"]),

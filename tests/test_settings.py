@@ -45,7 +45,7 @@ BAD: list[tuple[dict[str, Any], list[str]]] = [
     ({"onDemand": {"maxSlices": -1}}, ["onDemand.maxSlices", "-1", "integer >= 0"]),
     ({"onDemand": {"maxSlices": "2"}}, ["onDemand.maxSlices", '"2"', "integer"]),
     ({"onDemand": {"maxSlices": 1.5}}, ["onDemand.maxSlices", "1.5", "integer"]),
-    ({"flexStart": {"maxSlices": True}}, ["flexStart.maxSlices", "True", "integer"]),
+    ({"flexStart": {"maxSlices": True}}, ["flexStart.maxSlices true", "integer"]),  # YAML's true, not Python's
     ({"onDemand": {"maxSlices": 0}, "flexStart": {"maxSlices": 0}}, ["onDemand.maxSlices", "flexStart.maxSlices"]),
     ({"onDemand": {"maxSlices": 0}, "flexStart": {"enabled": False}}, ["onDemand.maxSlices", "flexStart.enabled"]),
     ({"location": "us-east5"}, ["location", '"us-east5"', "zone is required"]),

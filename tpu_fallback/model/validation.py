@@ -9,6 +9,7 @@ Every reader takes the full key path (`queues.quotas.system.cpu`, `jobs[0].count
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
@@ -24,11 +25,39 @@ class ConfigError(ValueError):
 
 
 def show(value: Any) -> str:
-    """A value as the error message quotes it: strings in double quotes, everything else as Python writes it."""
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    """A value as the error message quotes it: a string in double quotes, anything else as a stack file writes it
+    (YAML: true, false, null, {key: value}, [a, b]), never as Python writes it (True, None, {'key': 'value'})."""
+    return f'"{value}"' if isinstance(value, str) else yaml_text(value)
+
+
+# Text that YAML reads as itself inside a flow collection: no indicator that starts or ends a value or an entry.
+_PLAIN = re.compile(r"^[A-Za-z0-9_./@-](?:[A-Za-z0-9_./@:+ -]*[A-Za-z0-9_./@+-])?$")
+_NOT_TEXT = re.compile(r"^(?:[-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|true|false|null|~|yes|no|on|off|y|n)$",
+                       re.IGNORECASE)
+
+
+def yaml_text(value: Any) -> str:
+    """A value in YAML's flow style, as a user would write it in a stack file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        plain = _PLAIN.match(value) and ": " not in value and not _NOT_TEXT.match(value)
+        return value if plain else json.dumps(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{yaml_text(k)}: {yaml_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(yaml_text(v) for v in value) + "]"
+    return str(value)
 
 
 def fail(key: str, value: Any, allowed: str) -> ConfigError:
+    """`key <value> is invalid: <allowed>`; a value of None (left out, or YAML's null) reads `key is not set`."""
+    if value is None:
+        return ConfigError(f"{key} is not set: {allowed}")
     return ConfigError(f"{key} {show(value)} is invalid: {allowed}")
 
 
@@ -67,7 +96,12 @@ def object_(key: str, value: Any, allowed_keys: Sequence[str]) -> Mapping[str, A
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise fail(key, value, f"expected an object with keys {', '.join(allowed_keys)}")
+        name = key.rsplit(".", 1)[-1]
+        switch = ""
+        if isinstance(value, bool) and "enabled" in allowed_keys:
+            switch = (f" (to switch it on, write {name}: {{enabled: true, ...}})" if value else
+                      f" (to switch it off, write {name}: {{enabled: false}})")
+        raise fail(key, value, f"expected an object with keys {', '.join(allowed_keys)}{switch}")
     unknown = sorted(set(value) - set(allowed_keys))
     if unknown:
         raise unknown_key(key, unknown[0], allowed_keys)
@@ -149,11 +183,33 @@ def quantity(key: str, value: Any, positive: bool = False) -> str | int:
         value = int(value) if value.is_integer() else str(value)
     try:
         amount = parse_quantity(value)
-    except ValueError as err:
-        raise fail(key, value, str(err)) from None
+    except ValueError:
+        raise fail(key, value, _quantity_rule(value)) from None
     if amount < 0 or (positive and amount == 0):
         raise fail(key, value, "must be positive" if positive else "cannot be negative")
+    if key.endswith(".memory") and 0 < amount < 2**20 and re.fullmatch(r"\d+", str(value).strip()):
+        # Kubernetes reads memory without a unit as bytes: 16 is 16 bytes, which no container starts with.
+        raise fail(key, value, f"memory without a unit is bytes to Kubernetes ({value} bytes): write the unit, "
+                   f"e.g. {value}Gi")
     return value  # type: ignore[no-any-return]
+
+
+# Units other tools write -> Kubernetes' (decimal, binary): 16GB is 16G or 16Gi, 16GiB is 16Gi.
+_BYTE_UNITS = {"kb": ("k", "Ki"), "mb": ("M", "Mi"), "gb": ("G", "Gi"), "tb": ("T", "Ti"),
+               "kib": (None, "Ki"), "mib": (None, "Mi"), "gib": (None, "Gi"), "tib": (None, "Ti")}
+
+
+def _quantity_rule(value: Any) -> str:
+    """What a Kubernetes quantity is, with the fix for a unit written the way other tools write it (16GB, 16GiB)."""
+    rule = ("expected a Kubernetes quantity: a number with an optional suffix (m for thousandths; Ki, Mi, Gi, Ti for "
+            "binary or k, M, G, T for decimal multiples), e.g. 8, 500m, 16Gi")
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", value) if isinstance(value, str) else None
+    unit = _BYTE_UNITS.get(found.group(2).lower()) if found else None
+    if found and unit:
+        number, (decimal, binary) = found.group(1), unit
+        fix = f"{number}{binary}" if decimal is None else f"{number}{decimal} (powers of 10) or {number}{binary} (of 2)"
+        return f"Kubernetes has no unit {found.group(2)}: write {fix}; {rule}"
+    return rule
 
 
 def resources(key: str, value: Any, default: Resources, positive: bool = False) -> Resources:

@@ -26,7 +26,12 @@ def duration(key: str, value: Any, minimum: int, maximum: int) -> int:
     """A Go-style duration ("10m", "90s", "1h30m") as whole seconds, within [minimum, maximum]."""
     match = _GO_DURATION.match(value) if isinstance(value, str) and value else None
     if match is None:
-        raise fail(key, value, 'expected a duration such as "30s", "10m" or "1h30m"')
+        rule = 'expected a duration in hours, minutes and seconds such as "30s", "10m" or "1h30m"'
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            rule = f'a number has no unit: write "{value}s" for seconds ({rule})'
+        elif isinstance(value, str) and re.fullmatch(r"\d+d", value.strip()):
+            rule = f'there is no unit d: write "{int(value.strip()[:-1]) * 24}h" ({rule})'
+        raise fail(key, value, rule)
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     total = hours * 3600 + minutes * 60 + seconds
     if not minimum <= total <= maximum:
