@@ -128,7 +128,7 @@ def test_flex_start_must_be_last_unless_capped() -> None:
 
 
 def test_reservation_rules() -> None:
-    refused([{"name": "r", "kind": "reservation", "maxSlices": 1}], "ladder[0].reservation None", "{name, size}")
+    refused([{"name": "r", "kind": "reservation", "maxSlices": 1}], "ladder[0].reservation is not set", "{name, size}")
     refused([{"name": "r", "kind": "reservation", "reservation": {"name": "res", "size": 0}}],
             "ladder[0].reservation.size 0", ">= 1")
     refused([{"name": "r", "kind": "reservation", "maxSlices": 3, "reservation": {"name": "res", "size": 2}}],
@@ -140,7 +140,7 @@ def test_reservation_rules() -> None:
 
 
 def test_per_rung_values() -> None:
-    refused([{"name": "od", "kind": "onDemand"}], "ladder[0].maxSlices None", ">= 1")
+    refused([{"name": "od", "kind": "onDemand"}], "ladder[0].maxSlices is not set", ">= 1")
     refused([{"name": "od", "kind": "onDemand", "maxSlices": 0}], "ladder[0].maxSlices 0", ">= 1")
     refused([{"name": "od", "kind": "onDemand", "maxSlices": 1, "maxRunDuration": "60s"}],
             "ladder[0].maxRunDuration", "only a flexStart rung")
@@ -223,7 +223,8 @@ def test_stack_rules_that_need_the_rest_of_the_config() -> None:
 def test_a_ladder_with_too_many_pools_for_one_cluster_queue() -> None:
     # v6e 4x4 is multi-host: one pool (one flavor) per slice; 63 TPU flavors beside default-cpu is Kueue's limit
     stack_refused({"ladder": [{"name": "od", "kind": "onDemand", "maxSlices": 40},
-                              {"name": "spot", "kind": "spot", "maxSlices": 24}]}, "ladder", "64 pools", "at most 64")
+                              {"name": "spot", "kind": "spot", "maxSlices": 24}]},
+                  "ladder[0].maxSlices 40", "make 64 node pools", "at most 64")
     assert stack({"ladder": [{"name": "od", "kind": "onDemand", "maxSlices": 40},
                              {"name": "spot", "kind": "spot", "maxSlices": 23}]}).ladder is not None
 

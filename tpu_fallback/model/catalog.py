@@ -47,6 +47,8 @@ class TpuFamily:
     # "Flex-start supports the following version and zones"); empty: the family has no flex-start.
     flex_start_zones: frozenset[str]
     topology_rule: str = ""  # how the valid multi-host topologies are formed, for error messages
+    # The same for the family's multi-host machine type alone, where the family has other machine types too.
+    machine_rule: str = ""
     # How a multi-host slice's node pool gets its shape: TPU_TOPOLOGY (the node pool's placementPolicy.tpuTopology,
     # gcloud --tpu-topology) or WORKLOAD_POLICY (a Compute Engine resource policy, `workload_policy`, named in
     # placementPolicy.policyName, gcloud --placement-policy).
@@ -70,6 +72,12 @@ class TpuFamily:
     def describe_topologies(self) -> str:
         """The valid topologies for a message: the list, or the rule where there are hundreds."""
         return self.topology_rule or ", ".join(self.topologies)
+
+    def describe_machine_topologies(self, machine: MachineType) -> str:
+        """A machine type's valid topologies for a message: the list, or the rule where there are hundreds."""
+        if len(machine.topologies) <= 16:
+            return ", ".join(machine.topologies)
+        return self.machine_rule or self.topology_rule
 
     def machine_type(self, name: str) -> MachineType | None:
         return next((m for m in self.machine_types if m.name == name), None)
@@ -236,6 +244,7 @@ FAMILIES: dict[str, TpuFamily] = {
             flex_start_zones=frozenset({"us-central1-c"}),
             topology_rule="1x1x1 (tpu7x-standard-1t), " + _THREE_D_RULE.format(
                 144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
+            machine_rule=_THREE_D_RULE.format(144, ", sides in non-decreasing order (4x4x8, not 8x4x4)"),
             multi_host_placement=WORKLOAD_POLICY,
             # GKE's Ironwood page (above). cluster-toolkit's examples/gke-tpu-7x/README.md asks for 1.34.3-gke.1318000
             # for its blueprint; GKE's own figure is the one checked here.
@@ -281,8 +290,10 @@ def resolve_slice(family_name: str, topology: str, machine_type: str | None = No
                 f"valid: {', '.join(m.name for m in fam.machine_types)}"
             )
         if topology not in found.topologies:
+            other = next((m.name for m in fam.machine_types if topology in m.topologies), None)
             raise CatalogError(
-                f"{topology!r} is not a valid topology for {found.name}; valid: {', '.join(found.topologies)}"
+                f"not a valid topology for machine type {found.name}; valid: {fam.describe_machine_topologies(found)}"
+                + (f" ({topology} runs on {other}: set machineType to it or leave machineType out)" if other else "")
             )
         machine = found
     if host_size is not None:

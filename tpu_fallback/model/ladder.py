@@ -46,6 +46,10 @@ MAX_POOL_NAME = 40  # GKE node pool names
 MAX_FLAVORS = 64
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600  # flex-start's limit
 _POOL_NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+# Compute Engine resource names (RFC 1035): a lowercase letter first, then lowercase letters, digits or hyphens, at most
+# 63 characters, not ending with a hyphen.
+RESERVATION_NAME_RULE = ("expected the name of a specific Compute Engine reservation in the cluster's zone: lowercase "
+                         "letters, digits and hyphens, at most 63 characters")
 _DURATION = re.compile(r"^\d+s$")
 
 
@@ -218,9 +222,12 @@ def _reservation(key: str, value: Any) -> Reservation:
                "the id of the project that owns a reservation shared with this cluster's project (6 to 30 lowercase "
                "letters, digits or hyphens, starting with a letter, not ending with a hyphen: the id, not its "
                "number or display name); leave project out for a reservation of the cluster's own project")
+    name = obj.get("name")
+    if isinstance(name, str) and name.startswith("projects/"):
+        raise fail(f"{key}.name", name, "the reservation's name only: a reservation shared from another project is "
+                   "{name: <name>, project: <its owner project id>}")
     return Reservation(
-        name=string(f"{key}.name", obj.get("name"), DNS_LABEL,
-                    "expected the name of a specific Compute Engine reservation in the cluster's zone"),
+        name=string(f"{key}.name", name, DNS_LABEL, RESERVATION_NAME_RULE),
         size=integer(f"{key}.size", obj.get("size"), minimum=1),
         project=project,
     )
@@ -332,8 +339,11 @@ def parse_stack_ladder(raw: Mapping[str, Any], tpu: catalog.TpuSlice, location: 
                    "or more")
     flavors = 1 + sum(len(r.pools(tpu)) for r in ladder.rungs)
     if flavors > MAX_FLAVORS:
-        raise fail("ladder", f"{flavors - 1} pools", f"each pool is a Kueue flavor and a ClusterQueue takes at most "
-                   f"{MAX_FLAVORS} (one is default-cpu): fewer maxSlices")
+        biggest = max(ladder.rungs, key=lambda r: len(r.pools(tpu)))
+        raise fail(f"{biggest.key}.maxSlices", biggest.max_slices, f"the ladder's rungs make {flavors - 1} node pools "
+                   f"(one per multi-host {tpu.topology} slice), each a Kueue flavor, and a ClusterQueue takes at most "
+                   f"{MAX_FLAVORS} flavors (one is default-cpu): give the rungs {MAX_FLAVORS - 1} slices in all, or "
+                   "fewer")
     return ladder
 
 

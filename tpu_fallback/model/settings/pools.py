@@ -10,9 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpu_fallback.model import catalog
-from tpu_fallback.model.ladder import two_rungs
+from tpu_fallback.model.ladder import RESERVATION_NAME_RULE, two_rungs
 from tpu_fallback.model.settings.common import pool_name
-from tpu_fallback.model.validation import DNS_LABEL, ConfigError, boolean, fail, integer, object_, show, string
+from tpu_fallback.model.validation import (
+    DNS_LABEL,
+    ConfigError,
+    boolean,
+    did_you_mean,
+    fail,
+    integer,
+    object_,
+    show,
+    string,
+)
 
 # The tutorial's slice: TPU v6e, a 4x4 topology (one 16-chip slice on four ct6e-standard-4t hosts).
 TPU_TYPE = "v6e"
@@ -61,8 +71,13 @@ def parse_tpu(value: Any) -> catalog.TpuSlice:
     obj = object_("tpu", value, ("type", "topology", "machineType", "hostVcpus", "hostMemoryGib"))
     family_name = string("tpu.type", obj.get("type", TPU_TYPE), None, f"expected one of {', '.join(catalog.FAMILIES)}")
     if family_name not in catalog.FAMILIES:
-        raise fail("tpu.type", family_name, f"unknown TPU family; valid: {', '.join(catalog.FAMILIES)}")
+        known = _FAMILY_NAMES.get(family_name.lower().replace(" ", ""))
+        hint = (f" ({family_name} is tpu.type {known})" if known else did_you_mean(family_name, catalog.FAMILIES))
+        raise fail("tpu.type", family_name, f"unknown TPU family{hint}; valid: {', '.join(catalog.FAMILIES)}")
     fam = catalog.FAMILIES[family_name]
+    if obj.get("topology") is None and TPU_TOPOLOGY not in fam.topologies:
+        raise fail("tpu.topology", None, f"{fam.name} has no {TPU_TOPOLOGY} slice (the default, the tutorial's v6e "
+                   f"shape): give tpu.topology; valid for {fam.name}: {fam.describe_topologies()}")
     topology = string("tpu.topology", obj.get("topology", TPU_TOPOLOGY), None,
                       "expected a topology string such as 4x4")
     machine_type = obj.get("machineType")
@@ -76,9 +91,15 @@ def parse_tpu(value: Any) -> catalog.TpuSlice:
     try:
         tpu = catalog.resolve_slice(family_name, topology, machine_type)
     except catalog.CatalogError as err:
-        raise ConfigError(f"tpu.topology {show(topology)} is invalid: {err}") from None
+        raise fail("tpu.topology", topology, str(err)) from None
     host_size = _host_size(obj, tpu.machine)
     return tpu if host_size is None else catalog.resolve_slice(family_name, topology, tpu.machine_type, host_size)
+
+
+# What people call a TPU generation -> its tpu.type (Google's product names; Cloud TPU "TPU versions").
+_FAMILY_NAMES = {"ironwood": "tpu7x", "v7x": "tpu7x", "v7": "tpu7x", "tpuv7x": "tpu7x", "tpu7": "tpu7x",
+                 "trillium": "v6e", "tpuv6e": "v6e", "v5litepod": "v5e", "v5lite": "v5e", "tpuv5e": "v5e",
+                 "tpuv5p": "v5p", "tpuv4": "v4"}
 
 
 def _host_size(obj: Mapping[str, Any], machine: catalog.MachineType) -> tuple[int, int] | None:
@@ -131,9 +152,12 @@ def parse_on_demand(value: Any) -> OnDemandSettings:
     d = OnDemandSettings()
     obj = object_("onDemand", value, ("name", "maxSlices", "reservation"))
     reservation = obj.get("reservation", d.reservation)
+    if isinstance(reservation, str) and reservation.startswith("projects/"):
+        raise fail("onDemand.reservation", reservation, "plan A consumes a reservation of the cluster's own project, "
+                   "by name; for one shared from another project write a ladder with a reservation rung, "
+                   "reservation: {name, size, project} (docs/capacity-ladder.md)")
     if reservation is not None:
-        reservation = string("onDemand.reservation", reservation, DNS_LABEL,
-                             "expected the name of a specific Compute Engine reservation")
+        reservation = string("onDemand.reservation", reservation, DNS_LABEL, RESERVATION_NAME_RULE)
     return OnDemandSettings(
         name=pool_name("onDemand.name", obj.get("name", d.name)),
         max_slices=integer("onDemand.maxSlices", obj.get("maxSlices", d.max_slices)),
