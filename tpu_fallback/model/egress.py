@@ -82,6 +82,14 @@ def check_multikueue_reachability(network: NetworkSettings) -> None:
             "no authorized network can hold them and jobs would wait on the manager forever; with private nodes the "
             "manager leaves through a Cloud NAT with a static address the stack adds to each worker's authorized "
             "networks")
+    from tpu_fallback.model.settings.cluster import authorized_networks_limit  # settings.cluster imports this module
+
+    limit = authorized_networks_limit(network.private_nodes)
+    if len(network.authorized_networks) + MANAGER_STATIC_ADDRESSES > limit:
+        raise ConfigError(
+            f"network.authorizedNetworks has {len(network.authorized_networks)} CIDR blocks, too many with multikueue: "
+            f"the stack adds the manager's egress address to every worker's, and GKE takes at most {limit}; list at "
+            f"most {limit - MANAGER_STATIC_ADDRESSES}")
     if not network.cloud_nat:
         raise ConfigError(
             "network.cloudNat false is invalid with multikueue and network.authorizedNetworks: the manager's egress "

@@ -12,7 +12,7 @@ from typing import Any
 from tpu_fallback.model import catalog
 from tpu_fallback.model.egress import parse_cloud_nat
 from tpu_fallback.model.settings.common import CLUSTER_NAME, REGION, ZONE, boolean_enabled
-from tpu_fallback.model.validation import boolean, fail, object_, string
+from tpu_fallback.model.validation import boolean, fail, object_, show, string
 
 # The oldest minor GKE still offers for new clusters on CATALOG_DATE: 1.34 reached end of life on 2026-10-01
 # (GKE release schedule; end of standard support 2026-08-30). Bump with the schedule. It is above what TPU
@@ -27,6 +27,8 @@ EXCLUSION_SCOPES = ("NO_MINOR_OR_NODE_UPGRADES", "NO_MINOR_UPGRADES")
 _GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
 _HOUR_MINUTE = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 _RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_SUBNET_LINK = re.compile(r"^projects/([^/]+)/regions/([^/]+)/subnetworks/[^/]+$")
+_NETWORK_LINK = re.compile(r"^projects/([^/]+)/global/networks/[^/]+$")
 _NETWORK_REF = re.compile(r"^(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/"
                           r"(?:global/networks|regions/[a-z]+-[a-z]+\d+/subnetworks)/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 
@@ -112,23 +114,73 @@ def parse_network(value: Any) -> NetworkSettings:
         if obj.get(key) is not None:
             refs[key] = string(f"network.{key}", obj[key], _NETWORK_REF,
                                "expected a name such as tpu-vpc or a self link projects/<p>/...")
-    cidrs_raw = obj.get("authorizedNetworks", list(d.authorized_networks))
-    if not isinstance(cidrs_raw, list):
-        raise fail("network.authorizedNetworks", cidrs_raw, 'expected a list of CIDR blocks such as ["10.0.0.0/8"]')
-    cidrs = []
-    for i, cidr in enumerate(cidrs_raw):
-        try:
-            cidrs.append(str(ipaddress.ip_network(string(f"network.authorizedNetworks[{i}]", cidr))))
-        except ValueError:
-            raise fail(f"network.authorizedNetworks[{i}]", cidr, "expected a CIDR block such as 10.0.0.0/8") from None
     private_nodes = boolean("network.privateNodes", obj.get("privateNodes", d.private_nodes))
+    cidrs_raw = obj.get("authorizedNetworks")
+    cidrs = d.authorized_networks if cidrs_raw is None else _authorized_networks(cidrs_raw, private_nodes)
     return NetworkSettings(
         network=refs.get("network", d.network),
         subnetwork=refs.get("subnetwork", d.subnetwork),
         private_nodes=private_nodes,
-        authorized_networks=tuple(cidrs),
+        authorized_networks=cidrs,
         cloud_nat=parse_cloud_nat(obj.get("cloudNat"), private_nodes),
     )
+
+
+def authorized_networks_limit(private_nodes: bool) -> int:
+    """GKE "Add authorized networks for control plane access", Limitations
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks): "Public clusters can have up to 50
+    authorized network CIDR ranges; private clusters can have up to 100"."""
+    return 100 if private_nodes else 50
+
+
+def _authorized_networks(value: Any, private_nodes: bool) -> tuple[str, ...]:
+    key = "network.authorizedNetworks"
+    if not isinstance(value, list):
+        raise fail(key, value, 'expected a list of CIDR blocks such as ["10.0.0.0/8"]')
+    if not value:
+        raise fail(key, value, "an empty list restricts nothing (GKE then admits every address); list the CIDR blocks "
+                   "allowed to reach the control plane, or leave authorizedNetworks out")
+    cidrs: list[str] = []
+    for i, cidr in enumerate(value):
+        entry = f"{key}[{i}]"
+        if isinstance(cidr, Mapping) and "cidrBlock" in cidr:
+            raise fail(entry, cidr, f"write the CIDR block alone ({show(cidr['cidrBlock'])}): the stack names each "
+                       "block itself")
+        text = string(entry, cidr, None, "expected a CIDR block such as 10.0.0.0/8")
+        if "/" not in text:
+            raise fail(entry, cidr, f"GKE takes CIDR notation: {text}/32 for that one address, or the network's "
+                       "prefix length (10.0.0.0/8)")
+        try:
+            network = ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            raise fail(entry, cidr, "expected a CIDR block such as 10.0.0.0/8") from None
+        if str(network) != text:
+            raise fail(entry, cidr, f"host bits are set: the block is {network}; write that")
+        if str(network) in cidrs:
+            raise fail(entry, cidr, f"listed twice (also {key}[{cidrs.index(str(network))}])")
+        cidrs.append(str(network))
+    limit = authorized_networks_limit(private_nodes)
+    if len(cidrs) > limit:
+        raise fail(key, f"{len(cidrs)} CIDR blocks", f"GKE takes at most {limit} on a cluster with"
+                   f"{'' if private_nodes else 'out'} private nodes (100 with network.privateNodes true, 50 without)")
+    return tuple(cidrs)
+
+
+def check_subnetwork(network: NetworkSettings, location: str, project: str, whose: str = "the cluster") -> None:
+    """A subnetwork self link must be in the cluster's region (subnets are regional and GKE places the nodes in the
+    cluster's), and in the project of the network's self link when both are self links."""
+    found = _SUBNET_LINK.match(network.subnetwork or "")
+    if found is None:
+        return
+    region = location if REGION.match(location) else location.rsplit("-", 1)[0]
+    if found.group(2) != region:
+        raise fail("network.subnetwork", network.subnetwork, f"that subnetwork is in {found.group(2)}, but {whose} "
+                   f"is in {region} (location {location}): a subnetwork of {region}, the region of every cluster that "
+                   "uses it")
+    net = _NETWORK_LINK.match(network.network or "")
+    if net is not None and net.group(1) != found.group(1):
+        raise fail("network.subnetwork", network.subnetwork, f"that subnetwork belongs to project {found.group(1)} "
+                   f"but network.network to project {net.group(1)}: a subnetwork of the network's own project")
 
 
 def parse_existing_cluster(raw: Mapping[str, Any], cluster_name: str, location: str, kueue_install: bool,

@@ -79,9 +79,15 @@ def parse_multikueue(raw: Mapping[str, Any], stack: Settings,
         name = string(f"{key}.name", item.get("name"), DNS_LABEL, "expected a short lowercase name such as us")
         if any(w.name == name for w in workers):
             raise fail(f"{key}.name", name, "worker names must be unique")
+        cluster_name = f"{stack.cluster_name}-{name}"
+        if not CLUSTER_NAME.match(cluster_name):
+            room = 40 - len(stack.cluster_name) - 1
+            raise fail(f"{key}.name", name, f"names the worker's cluster {cluster_name} ({len(cluster_name)} "
+                       f"characters; GKE allows 40): at most {room} characters with clusterName {stack.cluster_name}"
+                       if room > 0 else f"clusterName {stack.cluster_name} leaves no room for a worker's name")
         worker_raw = {k: v for k, v in raw.items() if k != "multikueue"}
         worker_raw.update({k: item[k] for k in WORKER_OVERRIDES if k in item})
-        worker_raw["clusterName"] = f"{stack.cluster_name}-{name}"
+        worker_raw["clusterName"] = cluster_name
         worker_raw["location"] = item.get("location")
         try:
             worker = parse_worker(worker_raw)

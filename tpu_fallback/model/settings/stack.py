@@ -19,6 +19,7 @@ from tpu_fallback.model.settings.cluster import (
     ExistingClusterSettings,
     MaintenanceSettings,
     NetworkSettings,
+    check_subnetwork,
     parse_existing_cluster,
     parse_gke_version,
     parse_maintenance,
@@ -195,6 +196,12 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
                        existing_cluster=parse_existing_cluster(raw, cluster_name, location, kueue.install,
                                                                created_only, secret_keys))
     multikueue = parse_multikueue(raw, settings, lambda worker_raw: parse_settings(worker_raw, project))
+    # Every cluster of the stack uses network.subnetwork: the one cluster, or the manager and each worker (whose own
+    # parse checked theirs).
+    if multikueue.enabled and multikueue.manager is not None:
+        check_subnetwork(settings.network, multikueue.manager.location, project, "the MultiKueue manager")
+    else:
+        check_subnetwork(settings.network, location, project)
     if multikueue.enabled:
         check_multikueue_reachability(settings.network)
         settings = replace(settings, multikueue=multikueue)
