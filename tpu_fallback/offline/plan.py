@@ -11,8 +11,13 @@ CLI would hand it over) and writes, into build/plan/<project>-<stack>/:
 - kubernetes.yaml: every Kubernetes object, and with several clusters kubernetes/<cluster>.yaml, one file per
   target cluster that applies on its own.
 
+It prints one screen (tpu_fallback.offline.screen: capacity, concurrency and cost per rung, warnings, what a
+comparison changes) ending with those paths; `--full` prints summary.md instead, `--quiet` only the paths.
+
 It renders the program; it is NOT a diff against live state: `pulumi preview` is still what tells you what would
-change. Compare mode diffs two renders (two stacks, two stack files, or a stack file against a git revision).
+change. Compare mode diffs two renders (two stacks, two stack files, or a stack file against a git revision): the
+settings that differ (settings_view), then the resources, matched by role across two stacks (compare.Aliases), with
+compare.md and compare.json (for tools/replacecheck.py) written beside the summary.
 
     python -m tpu_fallback.offline.plan dev                          # infra project, stack dev
     python -m tpu_fallback.offline.plan dev --project jobs           # the jobs project (infraStack rendered here)
