@@ -37,7 +37,7 @@ SCHEDULE = (
     "test_fallback_lifecycle_e2e",  # 127
     "test_stockout_fallback_e2e",  # 105
     "test_status_e2e",  # about 250 alone (2026-12-05: four scenarios of tpu-fallback status)
-    "test_job_kinds_e2e",  # about 100 (measured alone, 2 cores: a JobSet, a RayCluster and a batch Job to plan B)
+    "test_job_kinds_e2e",  # 146-164 alone (2026-12-05, 2 busy cores: JobSet, RayCluster, batch Job, Pod group)
     "test_elastic_e2e",  # 94
     "test_engine_examples_e2e",  # about 80 (the example stacks' previews and the hardened stack)
     "test_ladder_engine_e2e",  # 78

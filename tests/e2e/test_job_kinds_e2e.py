@@ -1,28 +1,38 @@
 """Issue 37 item 3 on the simulated GKE: a JobSet, a RayCluster and a batch Job stuck on a stocked-out plan A reach
-plan B (the "done when" line "a JobSet and a RayCluster stuck on a stocked-out plan A reach plan B").
+plan B (the "done when" line "a JobSet and a RayCluster stuck on a stocked-out plan A reach plan B"); a plain Pod
+group on it is attributed to its Workload and evicted, and then waits for replacement pods (Kueue's pod integration
+deletes an evicted group's pods; test_a_plain_pod_group_on_a_stocked_out_plan_a_is_evicted_and_waits_for_new_pods).
 
 The cluster is the stock-out modules' (fallback_scenarios.FallbackBox: dev stack with short fallback times, real
 Kueue 0.19.2 with the plan's waitForPodsReady, KubeRay, kube-scheduler, KWOK, the simulated GKE, the controller as
 shipped), with Kueue running the integrations the shipped Kueue configuration enables
 (tpu_fallback/render/templates/kueue-manager-config.yaml) whose CRDs this control plane serves: batch/job,
-ray.io/rayjob, ray.io/raycluster and jobset.x-k8s.io/jobset (the JobSet CRD from sigs.k8s.io/jobset v0.12.0,
-installed before Kueue starts). The JobSet controller is played by tests/e2e/jobset_player.py (from its source).
+ray.io/rayjob, ray.io/raycluster, jobset.x-k8s.io/jobset (the JobSet CRD from sigs.k8s.io/jobset v0.12.0,
+installed before Kueue starts) and pod (plain Pods: a core kind, no CRD). The JobSet controller is played by
+tests/e2e/jobset_player.py (from its source). The shipped configuration sets no managedJobsNamespaceSelector, so
+Kueue v0.19.2 manages Pods in every namespace but kube-system and its own (apis/config/v1beta2/defaults.go; the
+chart's pod webhook has the same namespaceSelector, and this harness's too: controlplane.SYSTEM_NAMESPACES); the
+v1beta1 `podOptions` is gone from the v1beta2 Configuration. So `default` is managed with nothing configured here.
 
 Each test: plan A's pool has no capacity (`sim.set_capacity(PLAN_A_POOL, False)`); one job of the kind is submitted
 to `default/user-queue` with a v6e 4x4 slice's TPU workers (4 pods x 4 chips, the jobs project's worker template,
 scenario.render_queue_jobs); Kueue admits it to plan A (quota), its TPU pods stay unschedulable, GKE's autoscaler
 (the sim) writes FailedScaleUp on them; the controller attributes them to the job's Workload (by the JobSet's label,
-the RayCluster owner, the Job owner), closes plan A and evicts the job; Kueue admits it again, to plan B (dws), the
-sim's DWS provisions and the TPU pods run on `dws-pool`. Asserted: the Workload reserved plan A, then plan B; the
-controller's Events (the close on the ResourceFlavor and on the Workload, the eviction); all TPU pods Running on
-dws-pool at once; plan A closed within GKE's FailedScaleUp + 15 s (fallback_scenarios.CONTROLLER_LATENCY), from the
-Events' own times. Bounds are the config's times plus CONTROLLER_LATENCY. Run it alone with
+the RayCluster owner, the Job owner, a pod group's pod-group-name label), closes plan A and evicts the job; Kueue
+admits it again, to plan B (dws), the sim's DWS provisions and the TPU pods run on `dws-pool`. Asserted: the
+Workload reserved plan A, then plan B; the controller's Events (the close on the ResourceFlavor and on the Workload,
+the eviction); all TPU pods Running on dws-pool at once; plan A closed within GKE's FailedScaleUp + 15 s
+(fallback_scenarios.CONTROLLER_LATENCY), from the Events' own times. The pod group differs after the eviction: Kueue
+deletes its pods and keeps the Workload out of the queue until pods of the group are created again (asserted over a
+window, then with the user's replacement pods, which run on plan B). Bounds are the config's times plus
+CONTROLLER_LATENCY. Run it alone with
 `venv/bin/python -m pytest tests/e2e/test_job_kinds_e2e.py -m e2e -p no:xdist -s`.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,10 +41,11 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.e2e import fallback_scenarios as fs
+from tests.e2e import gke_scenarios as gs
 from tests.e2e import scenario
 from tests.e2e.gke_sim import KWOK_COMPLETE_DELAY, POOL_LABEL
 from tests.e2e.jobset_player import JOBSET_API, JOBSET_NAME_KEY, JobSetPlayer, defaulted
-from tests.e2e.kube import KubeClient
+from tests.e2e.kube import KubeClient, KubeError
 from tpu_fallback.render.files import load_template
 
 pytestmark = pytest.mark.e2e
@@ -48,8 +59,21 @@ TPU = "google.com/tpu"
 EVICTED_EVENT = "EvictedFromPlanA"  # the controller's Event on the Workload it evicts from plan A
 ROUNDING = 1.0  # Events carry whole seconds
 WORKERS = 4  # a v6e 4x4 slice: 4 hosts of 4 chips
-# The integrations this control plane can serve (their CRDs are installed); Kueue runs those of the shipped config.
-SERVED_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster", "jobset.x-k8s.io/jobset")
+# The integrations this control plane can serve (their CRDs are installed; plain Pods need none); Kueue runs those of
+# the shipped config.
+POD_FRAMEWORK = "pod"
+SERVED_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster", "jobset.x-k8s.io/jobset", POD_FRAMEWORK)
+# Kueue v0.19.2's pod integration (pkg/controller/jobs/pod/constants/constants.go, pod_controller.go).
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"  # GroupNameLabel: the group's Workload has this name
+POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"  # GroupTotalCountAnnotation
+POD_FINALIZER = "kueue.x-k8s.io/managed"  # PodFinalizer (= the managed label's key), added by the pod webhook
+TERMINATION_TARGET = "TerminationTarget"  # the condition Pod.Stop puts on each pod it deletes
+REPLACEMENT_CONDITION = "WaitingForReplacementPods"  # a Workload with it True is not admissible (IsAdmissible)
+# The pod group scenario holds plan A closed longer than the box's 45 s coolDown: its group is evicted, then left
+# waiting for new pods for a window, then its replacement pods must still find plan A closed to be sent to plan B.
+# Close to replacement took about 20 s here, more on a busy 2-core machine: 45 s would be a race. Only the
+# controller's config changes (Kueue's configuration, waitForPodsReady included, is the box's).
+POD_GROUP_STACK = gs.Stack("dev", {"fallback": {**fs.FALLBACK_SETTINGS, "coolDown": "180s"}})
 
 
 def shipped_frameworks() -> list[str]:
@@ -128,6 +152,23 @@ def batch_job(name: str, rayjob: Mapping[str, Any], run_seconds: float) -> dict[
                      "backoffLimit": 0, "template": template}}
 
 
+def pod_group(name: str, rayjob: Mapping[str, Any], *, first: int = 0) -> list[dict[str, Any]]:
+    """A plain Pod group of WORKERS pods with the TPU worker template, as Kueue's pod integration takes one: each
+    pod labelled with the queue and the group's name, annotated with the group's size. Pods `first` .. first+3
+    (replacement pods of the same group get new names). They run until deleted: KWOK's pod-complete stage only
+    completes pods a Job owns."""
+    template = worker_template(rayjob)
+    meta = template.get("metadata") or {}
+    spec = copy.deepcopy(template["spec"])
+    spec["restartPolicy"] = "Never"
+    return [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"{name}-{i}", "namespace": NAMESPACE,
+                          "labels": {**(meta.get("labels") or {}), QUEUE_LABEL: QUEUE, POD_GROUP_LABEL: name},
+                          "annotations": {**(meta.get("annotations") or {}), POD_GROUP_TOTAL: str(WORKERS)}},
+             "spec": copy.deepcopy(spec)}
+            for i in range(first, first + WORKERS)]
+
+
 @dataclass(frozen=True)
 class Kind:
     """How to find a job's Workload and its TPU pods."""
@@ -136,6 +177,14 @@ class Kind:
     kind: str
     name: str
     pod_selector: Callable[[Mapping[str, Any]], bool]
+    # A Workload Kueue names after the job instead of one the job owns: a pod group's (its pods own it).
+    workload_name: str | None = None
+
+    def owns(self, workload: Mapping[str, Any]) -> bool:
+        meta = workload.get("metadata") or {}
+        if self.workload_name is not None:
+            return bool(meta.get("name") == self.workload_name)
+        return any(o.get("kind") == self.kind and o.get("name") == self.name for o in meta.get("ownerReferences") or [])
 
 
 def jobset_kind(name: str) -> Kind:
@@ -148,6 +197,10 @@ def ray_cluster_kind(name: str) -> Kind:
 
 def batch_job_kind(name: str) -> Kind:
     return Kind("batch/v1", "Job", name, lambda p: _labels(p).get("batch.kubernetes.io/job-name") == name)
+
+
+def pod_group_kind(name: str) -> Kind:
+    return Kind("v1", "Pod", name, lambda p: _labels(p).get(POD_GROUP_LABEL) == name, workload_name=name)
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -205,8 +258,7 @@ class KindWatch(fs.FallbackWatch):
         now = self.now()
         track, job = self.record, self.job
         for wl in self.cache.items(scenario.KUEUE_API, "Workload", NAMESPACE):
-            if not any(o.get("kind") == job.kind and o.get("name") == job.name
-                       for o in wl["metadata"].get("ownerReferences") or []):
+            if not job.owns(wl):
                 continue
             track.workloads.add(wl["metadata"]["name"])
             track.last = wl
@@ -324,6 +376,127 @@ def cleanup(client: KubeClient, job: Kind, timeout: float = 90) -> None:
     client.wait_for(gone, timeout, f"{job.kind} {job.name} and its pods deleted")
 
 
+# --- a plain Pod group ---------------------------------------------------------------------------------------
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    return next((dict(c) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
+
+
+def pod_state(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What Kueue did to one pod of the group: deleted (deletionTimestamp), its finalizers, phase, TerminationTarget."""
+    meta = pod.get("metadata") or {}
+    termination = _condition(pod, TERMINATION_TARGET)
+    return {"deleting": bool(meta.get("deletionTimestamp")), "finalizers": list(meta.get("finalizers") or []),
+            "phase": (pod.get("status") or {}).get("phase"),
+            "termination": (termination.get("status"), termination.get("reason"))}
+
+
+def group_pods(client: KubeClient, name: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in client.list("v1", "Pod", NAMESPACE)
+            if _labels(p).get(POD_GROUP_LABEL) == name}
+
+
+def run_pod_group_stuck_on_plan_a(env: fs.Env, name: str) -> dict[str, Any]:
+    """Plan A stocked out; a plain Pod group of WORKERS TPU pods submitted; until the controller evicted its Workload
+    and Kueue stopped its pods; then a window in which nothing but its own pods could bring it back; then the user's
+    replacement pods (new names, same group) until they all run and Kueue saw them ready. What the test asserts."""
+    client, sim = env.client, env.sim
+    job = pod_group_kind(name)
+    watch = KindWatch(env, job)
+    track = watch.record
+    scenario.apply_infra(client, env.infra)
+    watch.poll()
+    sim.set_capacity(PLAN_A_POOL, False)
+    bound = env.bounds()
+    configmaps, rayjob = rendered(env)
+    for configmap in configmaps:
+        client.apply(configmap)
+    first = pod_group(name, rayjob)
+    first_names = {p["metadata"]["name"] for p in first}
+    for pod in first:
+        client.create(pod)
+    submitted = watch.now()
+    facts: dict[str, Any] = {"bound": bound, "submitted": submitted, "first": sorted(first_names)}
+    created = group_pods(client, name)
+    facts["as_created"] = {n: {"gates": [g.get("name") for g in p["spec"].get("schedulingGates") or []],
+                               "finalizers": list(p["metadata"].get("finalizers") or [])} for n, p in created.items()}
+    watch.wait(lambda: track.flavors_reserved()[:1] == [PLAN_A], 60, "the pod group's Workload reserved on plan A")
+    watch.wait(lambda: PLAN_A_POOL in track.pending_pools_seen, 60, "the group's TPU pods ungated for plan A's pool")
+    # GKE's FailedScaleUp on them; the controller attributes them to the group's Workload, closes plan A, evicts it.
+    watch.wait(lambda: track.evictions.get("Deactivated") and track.released,
+               bound.stockout_after + bound.poll + fs.CONTROLLER_LATENCY + 30,
+               "the controller to evict the group's Workload from plan A")
+    facts["failed_scale_ups"] = failed_scale_ups(client, first_names)
+    facts["events"] = {reason: fs.fallback_events(client, reason) for reason in (fs.STOCKOUT_EVENT, EVICTED_EVENT)}
+
+    # Kueue stops an evicted pod group by deleting its pods (pod_controller.go Pod.Stop); its finalizer keeps them.
+    def stopped() -> dict[str, dict[str, Any]] | None:
+        pods = {n: pod_state(p) for n, p in group_pods(client, name).items() if n in first_names}
+        done = len(pods) == WORKERS and all(p["deleting"] and p["termination"][0] == "True" for p in pods.values())
+        return pods if done else None
+
+    facts["stopped"] = watch.wait(stopped, 60, "Kueue to delete the evicted group's pods")
+
+    # The controller queues the Workload again; Kueue marks it waiting for replacement pods.
+    def requeued() -> bool:
+        wl = track.last
+        return ((wl.get("spec") or {}).get("active") is not False
+                and fs.EVICTING_ANNOTATION not in (wl["metadata"].get("annotations") or {})
+                and _condition(wl, REPLACEMENT_CONDITION).get("status") == "True")
+
+    watch.wait(requeued, bound.poll + fs.CONTROLLER_LATENCY + 30,
+               "the Workload active again and waiting for replacement pods")
+    # A window as long as a requeue could take (the controller's poll, Kueue's requeue back-off, the latency): nothing
+    # recreates the pods, so Kueue never queues it.
+    hold = bound.poll + bound.backoff_base + fs.CONTROLLER_LATENCY
+    deadline = time.monotonic() + hold
+    while time.monotonic() < deadline and len(track.reservations) == 1:
+        watch.poll()
+        env.controller.check()
+        time.sleep(0.5)
+    workload = client.get(scenario.KUEUE_API, "Workload", name, NAMESPACE) or {}
+    facts["held"] = {
+        "seconds": hold, "reserved": track.flavors_reserved(), "quota_reserved": _condition(workload, "QuotaReserved"),
+        "active": (workload.get("spec") or {}).get("active"), "waiting": _condition(workload, REPLACEMENT_CONDITION),
+        "pods": {n: pod_state(p) for n, p in group_pods(client, name).items()},
+        "plan_a_closed": watch.tainted_since() is not None,
+    }
+
+    # The user creates the group's pods again (new names): Kueue finalizes the old ones and admits the Workload, past
+    # the closed plan A, to plan B.
+    replacements = pod_group(name, rayjob, first=WORKERS)
+    for pod in replacements:
+        client.create(pod)
+    replaced = watch.now()
+    facts["replaced"] = replaced
+    watch.wait(lambda: track.all_running_at is not None, bound.after_signal() + 30,
+               f"all {WORKERS} replacement TPU pods of the group Running")
+    facts["replaced_to_running"] = (track.all_running_at or 0) - replaced
+    facts["taints"] = watch.plan_a_taint_changes()
+    facts["old_pods_left"] = sorted(set(group_pods(client, name)) & first_names)
+    watch.wait(lambda: _condition(track.last, "PodsReady").get("status") == "True", 60,
+               "Kueue to see the group's pods ready (PodsReady)")
+    facts["track"] = track
+    facts["to_running"] = (track.all_running_at or 0) - submitted
+    facts["controller_log"] = env.controller.lines()
+    return facts
+
+
+def cleanup_pod_group(client: KubeClient, name: str, timeout: float = 90) -> None:
+    """Delete the group's pods (their Kueue finalizer taken off: the test's cleanup, not Kueue's) and its Workload."""
+    for pod in group_pods(client, name):
+        client.delete("v1", "Pod", pod, NAMESPACE)
+        try:
+            client.request("PATCH", client.resource("v1", "Pod").path(pod, NAMESPACE),
+                           {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+        except KubeError as err:
+            if err.status != 404:
+                raise
+    client.delete(scenario.KUEUE_API, "Workload", name, NAMESPACE)
+    client.wait_for(lambda: not group_pods(client, name), timeout, f"the pods of group {name} deleted")
+
+
 def report(facts: Mapping[str, Any]) -> None:
     track: Track = facts["track"]
     print(f"  reserved {track.flavors_reserved()}, evictions {track.evictions}, all TPU pods Running "
@@ -337,13 +510,18 @@ def report(facts: Mapping[str, Any]) -> None:
 
 def assert_reached_plan_b(facts: Mapping[str, Any]) -> None:
     track: Track = facts["track"]
-    bound: fs.Bounds = facts["bound"]
     # Admitted to plan A first (quota), evicted once by the controller, admitted again to plan B.
     assert track.flavors_reserved() == [PLAN_A, PLAN_B], track
     assert track.evictions == {"Deactivated": 1}, track
     (workload,) = sorted(track.workloads)
     # Every TPU pod ran on plan B's pool, all at once.
     assert len(track.running_pools) == WORKERS and set(track.running_pools.values()) == {PLAN_B_POOL}, track
+    assert_closed_on_signal(facts, workload)
+
+
+def assert_closed_on_signal(facts: Mapping[str, Any], workload: str) -> None:
+    """The controller closed plan A on GKE's FailedScaleUp on the job's TPU pods and evicted the job's Workload."""
+    bound: fs.Bounds = facts["bound"]
     # The controller's Events: plan A closed (on the flavor and on the Workload that caused it), the eviction.
     events = facts["events"]
     assert fs.event_count(events[fs.STOCKOUT_EVENT], "ResourceFlavor", PLAN_A) == 1, events
@@ -361,10 +539,15 @@ def assert_reached_plan_b(facts: Mapping[str, Any]) -> None:
 
 
 def test_kueue_runs_the_shipped_jobset_and_raycluster_integrations(box: JobKindsBox) -> None:
-    """The Kueue under test manages JobSets and RayClusters (as shipped), their CRDs served before it started."""
-    assert {"jobset.x-k8s.io/jobset", "ray.io/raycluster", "batch/job"} <= set(box.options["frameworks"])
+    """The Kueue under test manages JobSets, RayClusters and plain Pods (as shipped), their CRDs served before it
+    started, and Pods in `default` as the shipped configuration does (no managedJobsNamespaceSelector in either:
+    Kueue's default, every namespace but kube-system and kueue-system)."""
+    assert {"jobset.x-k8s.io/jobset", "ray.io/raycluster", "batch/job", POD_FRAMEWORK} <= set(
+        box.options["frameworks"])
+    assert "managedJobsNamespaceSelector" not in load_template("kueue-manager-config.yaml")
     with box.scenario(controller=False) as env:
         assert env.client.serves(JOBSET_API, "JobSet")
+        assert "managedJobsNamespaceSelector" not in env.plane.kueue_configuration()
         log = env.plane.kueue_log.read_text()
     assert "No matching API in the server for job framework" not in log, "an integration's CRD came after Kueue"
 
@@ -410,3 +593,50 @@ def test_a_batch_job_stuck_on_a_stocked_out_plan_a_reaches_plan_b(box: JobKindsB
     assert_reached_plan_b(facts)
     assert facts["track"].finished
 
+
+
+def test_a_plain_pod_group_on_a_stocked_out_plan_a_is_evicted_and_waits_for_new_pods(box: JobKindsBox) -> None:
+    """A plain Pod group (Kueue's pod integration: the labels kueue.x-k8s.io/queue-name and pod-group-name, the
+    annotation pod-group-total-count) is attributed to its Workload by the controller, which closes plan A within
+    GKE's FailedScaleUp + CONTROLLER_LATENCY and evicts it. Kueue v0.19.2 then deletes the group's pods
+    (pkg/controller/jobs/pod/pod_controller.go Pod.Stop: a TerminationTarget condition, then a delete; its finalizer
+    keeps them, Terminating) and, with no pod of the group runnable, sets WaitingForReplacementPods, which keeps the
+    Workload out of the queue (pkg/workload/workload.go IsAdmissible): nothing in Kubernetes recreates a plain pod,
+    so the group does not reach plan B on its own (docs/fallback.md, Limits). Pods the user creates again in the group
+    are admitted to plan B (Kueue finalizes the deleted ones, FindMatchingWorkloads) and run there."""
+    name = "pg-stockout"
+    with box.scenario(stack=POD_GROUP_STACK) as env:
+        try:
+            facts = run_pod_group_stuck_on_plan_a(env, name)
+            report(facts)
+            print(f"  created {facts['as_created']}\n  Kueue stopped {facts['stopped']}\n  held {facts['held']}")
+            print(f"  replacements all Running {facts['replaced_to_running']:.1f} s after they were created")
+        finally:
+            cleanup_pod_group(env.client, name)
+    track: Track = facts["track"]
+    first = set(facts["first"])
+    # Kueue's pod webhook took the pods: scheduling gate kueue.x-k8s.io/admission and Kueue's finalizer.
+    for pod, made in facts["as_created"].items():
+        assert "kueue.x-k8s.io/admission" in made["gates"] and POD_FINALIZER in made["finalizers"], (pod, made)
+    # Attributed: the controller's close names the group's Workload, which it evicted; no pod read as nobody's.
+    assert_closed_on_signal(facts, name)
+    assert not [line for line in facts["controller_log"] if "belongs to no Kueue Workload" in line and name in line]
+    # Kueue deleted each pod of the evicted group (TerminationTarget, reason WorkloadEvictedDueTo<the eviction's
+    # reason>); its finalizer keeps them while the group has no replacement.
+    for pod, state in facts["stopped"].items():
+        assert state["termination"] == ("True", "WorkloadEvictedDueToDeactivated"), (pod, state)
+        assert state["deleting"] and POD_FINALIZER in state["finalizers"], (pod, state)
+    # Requeued by the controller (active again), but Kueue keeps it out of the queue for the whole window: it waits
+    # for replacement pods, no quota reserved, plan A still closed, no other pod of the group exists.
+    held = facts["held"]
+    assert held["reserved"] == [PLAN_A] and held["active"] is not False, held
+    assert held["waiting"].get("status") == "True" and held["quota_reserved"].get("status") != "True", held
+    assert set(held["pods"]) == first and all(p["deleting"] for p in held["pods"].values()), held
+    assert held["plan_a_closed"], f"plan A reopened before the replacements were created: {facts['taints']}"
+    # The user's replacement pods: the old ones finalized, the Workload admitted to plan B, all four run on its pool.
+    assert track.flavors_reserved() == [PLAN_A, PLAN_B], track
+    assert track.evictions == {"Deactivated": 1}, track
+    assert not facts["old_pods_left"], facts["old_pods_left"]
+    assert len(track.running_pools) == WORKERS and set(track.running_pools.values()) == {PLAN_B_POOL}, track
+    assert not set(track.running_pools) & first, track.running_pools
+    assert _condition(track.last, "Admitted").get("status") == "True", track.last.get("status")
