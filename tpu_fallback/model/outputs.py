@@ -45,8 +45,8 @@ class InfraOutputs:
         "nodePools", "`{onDemand: [on-demand-pool], flexStart: [dws-pool]}`", "TPU pool names per plan")]
     tpu: Annotated[Any, OutputSpec(
         "tpu", "`{type: v6e, machineType: ct6e-standard-4t, topology: 4x4, acceleratorLabel: tpu-v6e-slice, "
-        "chipsPerHost: 4, hostsPerSlice: 4, chipsPerSlice: 16}`", "the slice every job must match (a TPU7x stack adds "
-        "its `hostVcpus` and `hostMemoryGib`)", jobs_reads=True)]
+        "chipsPerHost: 4, hostsPerSlice: 4, chipsPerSlice: 16}`", "the slice every job must match (`hostVcpus` and "
+        "`hostMemoryGib` only for a host size the catalog lacks: none today)", jobs_reads=True)]
     kueue_namespace: Annotated[Any, OutputSpec("kueueNamespace", "`kueue-system`", "where Kueue runs")]
     kueue_version: Annotated[Any, OutputSpec("kueueVersion", "`0.19.2`", "the pinned Kueue chart version")]
     cluster_queue: Annotated[Any, OutputSpec("clusterQueue", "`cluster-queue`", "the ClusterQueue's name")]
