@@ -224,6 +224,22 @@ def test_every_job_kind_kueue_admits_is_attributed() -> None:
         "default", "leaderworkerset-lws-0-x")
 
 
+def test_kueues_identifier_annotations_attribute_as_its_labels_do() -> None:
+    """Kueue v0.19.2 writes pod-group-name and prebuilt-workload-name as annotations on LeaderWorkerSet pods
+    (WorkloadIdentifierAnnotations, on by default), and reads the annotation before the label."""
+    lws = tpu_pod("lws-0-1", owners=[{"kind": "StatefulSet", "name": "lws-0", "uid": "sts-uid"}])
+    lws["metadata"]["annotations"] = {"kueue.x-k8s.io/prebuilt-workload-name": "leaderworkerset-lws-0-x",
+                                      "kueue.x-k8s.io/pod-group-name": "leaderworkerset-lws-0-x"}
+    wl = {"metadata": {"name": "leaderworkerset-lws-0-x", "namespace": "default",
+                       "ownerReferences": [{"kind": "LeaderWorkerSet", "name": "lws", "uid": "lws-uid"}]}}
+    assert _attributed(lws, [wl]) == ("default", "leaderworkerset-lws-0-x")
+    group_member = tpu_pod("g-0", labels={"kueue.x-k8s.io/pod-group-name": "stale"})
+    group_member["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-name": "group-a"}
+    group = {"metadata": {"name": "group-a", "namespace": "default"}}
+    assert _attributed(group_member, [group, {"metadata": {"name": "stale", "namespace": "default"}}]) == (
+        "default", "group-a")
+
+
 def test_a_workload_of_the_same_name_in_another_namespace_is_not_it() -> None:
     pod = tpu_pod("g-0", labels={"kueue.x-k8s.io/pod-group-name": "group-a"}, namespace="team-a")
     assert _attributed(pod, [{"metadata": {"name": "group-a", "namespace": "team-b"}}]) is None

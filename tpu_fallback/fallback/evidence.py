@@ -17,10 +17,12 @@ autoscaler's longest back-off (a second job's pods on a stocked-out pool get onl
 
 **Which Workload a pod belongs to**, for every job kind Kueue admits, from what Kueue and the job controllers
 write on pods (first match wins):
-1. label `kueue.x-k8s.io/prebuilt-workload-name`: names the Workload (Kueue sets it on LeaderWorkerSet pods:
-   pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go setDefault; and users on prebuilt Workloads);
-2. label `kueue.x-k8s.io/pod-group-name`: a plain Pod group's Workload has the group's name
-   (pkg/controller/jobs/pod/pod_controller.go workloadName);
+1. `kueue.x-k8s.io/prebuilt-workload-name`, annotation or label: names the Workload (Kueue v0.19.2 writes it as an
+   annotation on LeaderWorkerSet pods, its WorkloadIdentifierAnnotations gate being on by default since 0.18:
+   pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go, pkg/features/kube_features.go; users may
+   label prebuilt Workloads' pods; Kueue's own readers take the annotation first, then the label);
+2. `kueue.x-k8s.io/pod-group-name`, annotation or label: a plain Pod group's Workload has the group's name
+   (pkg/controller/jobs/pod/pod_controller.go workloadName, GetPodGroupName);
 3. the pod's own UID or its owners' UIDs among the Workloads' owners: a single plain Pod, a batch Job, a
    RayCluster, an MPIJob (each owns its pods and is its Workload's owner);
 4. a RayCluster owned by a RayJob: the pod's RayCluster (owner, or label `ray.io/cluster`) and its owners
@@ -161,10 +163,11 @@ def attribute(pod: Mapping[str, Any], index: WorkloadIndex,
     """The Workload a pod belongs to (the rules in the module's docstring), or None."""
     meta = pod["metadata"]
     namespace = str(meta["namespace"])
-    labels = meta.get("labels") or {}
-    for label in (PREBUILT_WORKLOAD_LABEL, POD_GROUP_LABEL):
-        if labels.get(label) and (namespace, labels[label]) in index.names:
-            return (namespace, str(labels[label]))
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    for key in (PREBUILT_WORKLOAD_LABEL, POD_GROUP_LABEL):
+        for named in (annotations.get(key), labels.get(key)):  # Kueue reads the annotation first
+            if named and (namespace, named) in index.names:
+                return (namespace, str(named))
     owners = list(meta.get("ownerReferences") or [])
     for uid in [meta.get("uid"), *(o.get("uid") for o in owners)]:
         if uid and str(uid) in index.by_uid:
