@@ -207,6 +207,7 @@ def parse_jobs(value: Any) -> tuple[JobSpec, ...]:
         if elastic_raw is True:
             elastic = Elastic(1, 2)  # the tutorial's minReplicas/maxReplicas
         elif isinstance(elastic_raw, Mapping):
+            elastic_raw = object_(f"{key}.elastic", elastic_raw, ("minReplicas", "maxReplicas"))
             elastic = Elastic(integer(f"{key}.elastic.minReplicas", elastic_raw.get("minReplicas", 1), 1),
                               integer(f"{key}.elastic.maxReplicas", elastic_raw.get("maxReplicas", 2), 1))
             if elastic.max_replicas < elastic.min_replicas:
