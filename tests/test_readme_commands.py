@@ -191,6 +191,8 @@ NOT_RUN: dict[str, str] = {
     "kubectl -n default get workloads.kueue.x-k8s.io -o 'custom-columns=NAME:.metadata.name,"
     "FLAVORS:.status.admission.podSetAssignments[*].flavors'": "a real cluster",
     "kubectl -n default get provisioningrequests": "a real cluster",
+    "venv/bin/tpu-fallback status --namespace default": "a cluster: tests/e2e/test_status_e2e.py runs the installed "
+                                                        "command against the test cluster",
     "kubectl -n default logs -f job/rayjob-tpu-v6e-dws-1": "a real cluster",
     "kubectl get events -A --field-selector source=tpu-fallback-controller": "a real cluster",
     "kubectl get resourceflavors -o custom-columns=NAME:.metadata.name,TAINTS:.spec.nodeTaints": "a real cluster",

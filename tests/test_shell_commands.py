@@ -66,8 +66,8 @@ PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 SHELL_INFOS = {"bash", "sh", "shell", "console"}
 COMMAND_WORDS = ("kubectl", "gcloud", "pulumi", "helm")  # an inline span or bare line starting so is a command
 STUBS_ON_PATH = ("kubectl", "gcloud", "pulumi", "helm", "curl", "tpu-fallback", "kubectl-tpu_fallback")
-STUBS_IN_DIR = ("venv/bin/python", *(f"scripts/{p.name}" for p in sorted((REPO_ROOT / "scripts").iterdir())
-                                     if os.access(p, os.X_OK)))
+STUBS_IN_DIR = ("venv/bin/python", "venv/bin/tpu-fallback",
+                *(f"scripts/{p.name}" for p in sorted((REPO_ROOT / "scripts").iterdir()) if os.access(p, os.X_OK)))
 SHELLS = ("bash", "zsh")
 JOBS_INFRA_STACK = "organization/tpu-fallback/dev"
 EXPORTING_INFRA_STACKS = ("dev", "global")

@@ -173,7 +173,8 @@ def test_deactivated_by_kueue_and_what_the_fallback_does_next() -> None:
     s = one(cluster(wl, events=[told]), "job3")
     assert s.state == ex.State.DEACTIVATED and s.since == NOW - 60
     assert "Kueue deactivated it (DeactivatedDueToAdmissionCheck)" in s.why
-    assert "revives it after its cool-down" in s.next
+    # deactivated 60 s before NOW (08:00:00Z), a cool-down of 1800 s
+    assert s.next == "the fallback controller queues it again after its cool-down (at 08:29:00Z), up to 3 times"
     assert [e.reason for e in s.fallback] == ["DeactivatedByKueue"]
     no_fallback = one(cluster(wl, controller=None), "job3")
     assert "until someone sets spec.active to true" in no_fallback.next

@@ -315,7 +315,7 @@ def _one(cluster: Cluster, wl: Mapping[str, Any], rungs_of: Mapping[str, str], c
     provisioning = _provisioning(cluster, wl)
     fallback = _fallback_events(cluster, wl)
     evictions = sum(int(e.get("count") or 0) for e in (status.get("schedulingStats") or {}).get("evictions") or [])
-    state, since, why, nxt = _state(cluster, wl, provisioning, closed, rungs_of, fallback)
+    state, since, why, nxt = _state(cluster, wl, provisioning, closed, rungs_of)
     # The rungs closed now that this job's path runs through (all of them while it waits, its own once admitted).
     relevant = tuple(sorted(closed.values(), key=lambda r: r.flavor)) if state in (
         State.WAITING, State.EVICTED) else tuple(r for r in closed.values() if r.flavor == flavor)
@@ -333,12 +333,10 @@ def _one(cluster: Cluster, wl: Mapping[str, Any], rungs_of: Mapping[str, str], c
 
 
 def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning | None,
-           closed: Mapping[str, Rung], rungs_of: Mapping[str, str], fallback: Sequence[FallbackEvent]
-           ) -> tuple[State, float | None, list[str], str]:
+           closed: Mapping[str, Rung], rungs_of: Mapping[str, str]) -> tuple[State, float | None, list[str], str]:
     """The state, since when, why (plain words) and what happens next."""
     spec = wl.get("spec") or {}
     created = parse_time(wl["metadata"].get("creationTimestamp"))
-    last_fallback = fallback[-1] if fallback else None
 
     finished = _true(wl, "Finished")
     if finished is not None:
@@ -351,22 +349,21 @@ def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning |
         evicted = _condition(wl, "Evicted")
         reason = str((evicted or {}).get("reason") or "")
         why = [f"deactivated: {_words(evicted) or 'spec.active is false'}"]
+        since = _since(evicted) or created
         if reason.startswith("DeactivatedDueTo"):
             why.append("Kueue deactivated it" + (f" ({reason})" if reason else ""))
-            nxt = ("the fallback controller revives it after its cool-down (it says so in an Event on the Workload)"
+            cool_down = float((cluster.controller or {}).get("coolDownSeconds") or 0)
+            at = f" (at {_clock(since + cool_down)})" if cool_down and since else ""
+            nxt = (f"the fallback controller queues it again after its cool-down{at}, up to 3 times"
                    if cluster.controller else
                    "it stays suspended until someone sets spec.active to true on its Workload")
         else:
             nxt = "it stays suspended until someone sets spec.active to true on its Workload"
-        if last_fallback is not None:
-            why.append(f"fallback: {last_fallback.message}")
-        return State.DEACTIVATED, _since(evicted) or created, why, nxt
+        return State.DEACTIVATED, since, why, nxt
 
     evicted = _true(wl, "Evicted")
     if evicted is not None and _true(wl, "QuotaReserved") is None:
         why = [f"evicted: {_words(evicted)}"]
-        if last_fallback is not None:
-            why.append(f"fallback: {last_fallback.message}")
         return State.EVICTED, _since(evicted), why, "Kueue requeues it: it waits for quota on the next open rung"
 
     admitted, reserved = _true(wl, "Admitted"), _true(wl, "QuotaReserved")
@@ -392,8 +389,8 @@ def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning |
     if reserved is not None:
         why = [f"quota reserved on {rung}; waiting for its admission check"]
         checks = (wl.get("status") or {}).get("admissionChecks") or []
-        for check in checks:
-            if check.get("state") != "Ready":
+        for check in checks:  # a check with a ProvisioningRequest is said below, from the request itself
+            if check.get("state") != "Ready" and (provisioning is None or check.get("name") != provisioning.check):
                 why.append(f"admission check {check.get('name')}: {check.get('state')}"
                            + (f": {check['message']}" if check.get("message") else ""))
         nxt = "Kueue admits it when its admission checks are ready"
@@ -425,8 +422,6 @@ def _state(cluster: Cluster, wl: Mapping[str, Any], provisioning: Provisioning |
     requeue_at = parse_time(((wl.get("status") or {}).get("requeueState") or {}).get("requeueAt"))
     if requeue_at and requeue_at > cluster.now:
         why.append(f"Kueue requeues it at {_clock(requeue_at)} (back-off after an eviction)")
-    if last_fallback is not None:
-        why.append(f"fallback: {last_fallback.message}")
     requeued = _true(wl, "Requeued")
     since = max(t for t in (created, _since(requeued), _since(pending)) if t is not None) if any(
         t is not None for t in (created, _since(requeued), _since(pending))) else None

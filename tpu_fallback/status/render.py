@@ -32,7 +32,7 @@ def text(statuses: Sequence[JobStatus], now: float, notes: Sequence[str] = (), s
     for rung in closed:
         name = (rung_names or {}).get(rung.flavor, rung.flavor)
         until = f", reopens at {_clock(rung.reopens_at)}" if rung.reopens_at else ""
-        lines.append(f"closed: {name} (flavor {rung.flavor}) since {_clock(rung.closed_since)}{until}: "
+        lines.append(f"closed: {name}, flavor {rung.flavor}, since {_clock(rung.closed_since)}{until}: "
                      "GKE reported no capacity; new jobs go to the next rung")
     if not statuses:
         lines.append(f"no jobs in Kueue's queues{(' in ' + scope) if scope else ''}")
