@@ -22,6 +22,7 @@ Run it alone with `venv/bin/python -m pytest tests/e2e/test_status_e2e.py -m e2e
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ import pytest
 from tests.e2e import fallback_scenarios as fs
 from tests.e2e import scenario
 from tests.e2e.gke_sim import with_run_time
+from tpu_fallback.render.rayjob import status_command
 
 pytestmark = pytest.mark.e2e
 
@@ -177,6 +179,10 @@ def test_a_plan_a_stockout_shows_the_closed_rung_the_eviction_and_where_the_job_
         moved = until(watch, kubeconfig, lambda s: s.get("so-1", {}).get("where", {}).get("flavor") == PLAN_B
                       and s["so-1"]["evictions"] >= 1, 90, "status: the job on plan B after its eviction")["so-1"]
         text = status(kubeconfig, "so-1", "-n", "default", output="text").stdout
+        # The command the jobs stack exports for this job, as written (then this cluster's kubeconfig).
+        exported = shlex.split(status_command("default", "so-1"))
+        as_exported = subprocess.run([str(STATUS), *exported[1:], "--kubeconfig", str(kubeconfig)],
+                                     capture_output=True, text=True, timeout=60, check=False)
         watch.wait_running([first], 90)
     print(f"  after the stock-out:\n{text}")
     (rung,) = closed["closedRungs"]
@@ -186,6 +192,8 @@ def test_a_plan_a_stockout_shows_the_closed_rung_the_eviction_and_where_the_job_
     assert moved["where"]["rung"] == "plan B (DWS flex-start)", moved
     assert text.startswith("closed: plan A (on-demand), flavor on-demand, since "), text
     assert "EvictedFromPlanA" in text and "evicted   1 time" in text, text
+    assert exported[0] == "tpu-fallback" and as_exported.returncode == 0, as_exported
+    assert "default/so-1 (RayJob): " in as_exported.stdout, as_exported.stdout
 
 
 def test_a_deactivated_workload_says_so_and_then_that_it_was_revived(box: fs.FallbackBox) -> None:
