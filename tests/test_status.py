@@ -67,8 +67,8 @@ def request(wl: dict[str, Any], attempt: int, *conditions: dict[str, Any]) -> di
             "status": {"conditions": list(conditions)}}
 
 
-def cluster(*workloads: dict[str, Any], **more: Any) -> ex.Cluster:
-    return ex.Cluster(now=NOW, workloads=workloads, flavors=more.pop("flavors", FLAVORS),
+def cluster(*workloads: dict[str, Any], now: float = NOW, **more: Any) -> ex.Cluster:
+    return ex.Cluster(now=now, workloads=workloads, flavors=more.pop("flavors", FLAVORS),
                       local_queues=[LOCAL_QUEUE], controller=more.pop("controller", TWO_PLANS), **more)
 
 
@@ -245,3 +245,33 @@ def test_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
                if e.value.startswith("tpu_fallback.")}
     assert scripts == {"tpu-fallback": "tpu_fallback.status.cli:main",
                        "kubectl-tpu_fallback": "tpu_fallback.status.cli:main"}
+
+
+def test_watch_redraws_on_change_only(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--watch reads every interval and prints again only when something but the ages changed."""
+    from tpu_fallback.status import cli
+
+    waiting = workload("job1", conditions=[cond("QuotaReserved", "False", NOW - 10, "Pending", NO_QUOTA)])
+    running = workload("job1", flavor="on-demand", conditions=[cond("Admitted", "True", NOW - 1),
+                                                                cond("PodsReady", "True", NOW - 1)])
+    reads = iter([cluster(waiting), cluster(waiting, now=NOW + 5), cluster(running, now=NOW + 7)])
+
+    class FakeReader:
+        namespace = "default"
+
+        def __init__(self, *_: object) -> None:
+            pass
+
+    def read_once(_reader: object, _namespace: str | None) -> ex.Cluster:
+        try:
+            return next(reads)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    monkeypatch.setattr(cli, "Reader", FakeReader)
+    monkeypatch.setattr(cli, "read_cluster", read_once)
+    monkeypatch.setattr("tpu_fallback.status.cli.time.sleep", lambda _s: None)
+    assert main(["status", "--watch"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("default/job1 (RayJob)") == 2, out  # the first read and the change, not the age-only one
+    assert "waiting for quota for 10s" in out and "---" in out and "running for 8s" in out, out
