@@ -275,3 +275,41 @@ def test_watch_redraws_on_change_only(monkeypatch: pytest.MonkeyPatch, capsys: p
     out = capsys.readouterr().out
     assert out.count("default/job1 (RayJob)") == 2, out  # the first read and the change, not the age-only one
     assert "waiting for quota for 10s" in out and "---" in out and "running for 8s" in out, out
+
+
+class CannedReader(read.Reader):
+    """Answers GETs from a dict of path -> body (None: not served; an exception: raised), as the API server would."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:  # no kubeconfig: the answers stand in for the server
+        self.answers, self.namespace, self.host = answers, "default", "https://test"
+        self.asked: list[str] = []
+
+    def get(self, path: str, query: Any = None) -> dict[str, Any] | None:
+        self.asked.append(path)
+        answer = self.answers.get(path)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_reading_the_cluster_places_from_the_visibility_api_and_notes_what_it_may_not_read() -> None:
+    waiting = workload("w", conditions=[cond("QuotaReserved", "False", NOW - 10, "Pending", NO_QUOTA)])
+    kueue = "/apis/kueue.x-k8s.io/v1beta2"
+    answers: dict[str, Any] = {
+        f"{kueue}/namespaces/default/workloads": {"items": [waiting]},
+        f"{kueue}/namespaces/default/localqueues": {"items": [LOCAL_QUEUE]},
+        f"{kueue}/resourceflavors": read.ForbiddenError("no permission to list resourceflavors.kueue.x-k8s.io"),
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/default/localqueues/user-queue/pendingworkloads": {
+            "items": [{"metadata": {"name": "rayjob-w-abcde"}, "positionInClusterQueue": 4}]},
+    }
+    reader = CannedReader(answers)
+    got = read.read_cluster(reader, "default")
+    assert got.positions == {("default", "rayjob-w-abcde"): 5}  # Kueue counts from 0
+    assert got.notes == ("closed rungs not shown: no permission to list resourceflavors.kueue.x-k8s.io",)
+    assert one(got, "w").position == 5 and one(got, "w").position_source == "visibility API"
+    del answers["/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/default/localqueues/user-queue/pendingworkloads"]
+    got = read.read_cluster(CannedReader(answers), "default")
+    assert got.positions is None and any("is not served here" in n for n in got.notes), got.notes
+    assert one(got, "w").position_source == "estimated"
+    with pytest.raises(read.StatusError, match="Kueue is not installed"):
+        read.read_cluster(CannedReader({}), "default")
