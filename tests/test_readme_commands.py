@@ -253,6 +253,27 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
         return {command: future.result() for command, future in futures.items()}
 
 
+TRAIN_LOCAL = "venv/bin/python tpu_fallback/training/train.py --local"
+
+
+def test_train_local_without_jax_refuses_in_one_line(tmp_path: Path) -> None:
+    """After `./scripts/plan` alone the venv has no jax (the runtime requirements leave it out). The README's command
+    then says so in one line naming ./scripts/setup, exit 2, no traceback; and the README says it where it offers it.
+    A `jax` module that fails to import, first on the path, stands in for the missing package."""
+    assert TRAIN_LOCAL in OFFLINE and page_commands()[TRAIN_LOCAL] == "README.md"
+    (tmp_path / "jax.py").write_text('raise ModuleNotFoundError("No module named \'jax\'", name="jax")\n')
+    env = dict(_venv_env(), PYTHONPATH=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", TRAIN_LOCAL.replace("venv/bin/python", sys.executable)], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "jax" in lines[0] and "./scripts/setup" in lines[0], proc.stderr
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    offered = readme.index(f"```bash {TRAIN_LOCAL} ```")
+    assert "It needs jax, which `./scripts/setup` installs" in readme[offered - 400:offered]
+
+
 @pytest.mark.parametrize("command", list(OFFLINE))
 def test_offline_command_runs(command: str, results: dict[str, Result]) -> None:
     spec, result = OFFLINE[command], results[command]

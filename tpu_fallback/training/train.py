@@ -11,7 +11,7 @@ environment variables that the RayJob sets from the infrastructure stack's outpu
     TPU_FALLBACK_LEARNING_RATE      optional, default 0.1
 
 Local mode (``python train.py --local [--epochs N]``): the same training loop in-process on the CPU with
-neither Ray nor a TPU; exits 0 only if the loss fell.
+neither Ray nor a TPU; exits 0 only if the loss fell, 2 with one line naming ./scripts/setup when jax is missing.
 
 Ray and JAX are imported inside functions only: the module must import without Ray (tests, local mode),
 and Ray's JaxTrainer docs ask that jax be imported inside the worker loop so the driver never grabs the TPU.
@@ -219,6 +219,13 @@ def run_local(epochs: int) -> int:
     """Local mode: the same loop in-process on the CPU; 0 only if the loss fell."""
     # A CPU-only run even where a TPU/GPU jaxlib is installed; an explicit JAX_PLATFORMS still wins.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        import jax  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError as err:
+        # ./scripts/plan installs only the runtime requirements; jax comes with the development ones.
+        print(f"error: --local needs jax, which is not installed ({err}): run ./scripts/setup, which installs it "
+              f"into ./venv", file=sys.stderr)
+        return 2
     losses: list[float] = []
     run_training(TrainConfig(epochs=epochs, report_every=1), report=lambda metrics: losses.append(metrics["loss"]))
     if not losses:
