@@ -109,13 +109,77 @@ def _pulumi_steps(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             if str(step.get("uses", "")).startswith("pulumi/actions@")]
 
 
-def test_preview_and_up_cover_the_same_stacks() -> None:
-    def legs(name: str) -> set[tuple[str, str, str]]:
-        return {(r["project"], r["dir"], r["stack"]) for job in jobs(WORKFLOWS / name).values()
-                for r in matrix_rows(job)}
+def example_stacks() -> set[tuple[str, str, str]]:
+    """(project, dir, stack) of every example stack file: Pulumi.*.yaml at the root (infra) and in jobs/."""
+    found = set()
+    for project, folder in (("infra", "."), ("jobs", "jobs")):
+        for path in (REPO_ROOT / folder).glob("Pulumi.*.yaml"):
+            found.add((project, folder, path.name[len("Pulumi."):-len(".yaml")]))
+    return found
 
-    assert legs("preview.yml") == legs("up.yml")
-    assert ("infra", ".", "dev") in legs("up.yml") and ("infra", ".", "prod") in legs("up.yml")
+
+def legs(name: str, job: str | None = None) -> set[tuple[str, str, str]]:
+    return {(r["project"], r["dir"], r["stack"]) for key, found in jobs(WORKFLOWS / name).items()
+            if job in (None, key) for r in matrix_rows(found)}
+
+
+def test_the_example_stacks_are_found() -> None:
+    assert {("infra", ".", s) for s in ("dev", "prod", "global", "ladder", "hardened", "existing")} \
+        <= example_stacks()
+    assert ("jobs", "jobs", "dev") in example_stacks()
+
+
+def test_every_example_stack_is_previewed_and_the_deployed_ones_against_their_state() -> None:
+    """The preview matrix covers every example stack (issue 39 item 5). Those up.yml deploys are previewed against
+    the backend's state; the others against an empty scratch backend (they have no state there)."""
+    rows = matrix_rows(jobs(WORKFLOWS / "preview.yml")["preview"])
+    assert legs("preview.yml", "preview") == example_stacks()
+    backend = {(r["project"], r["dir"], r["stack"]) for r in rows if r["state"] == "backend"}
+    scratch = {(r["project"], r["dir"], r["stack"]) for r in rows if r["state"] == "scratch"}
+    assert backend == legs("up.yml") and backend | scratch == example_stacks() and not backend & scratch
+    assert ("infra", ".", "dev") in backend and ("infra", ".", "prod") in backend
+    job = jobs(WORKFLOWS / "preview.yml")["preview"]
+    assert job["env"]["PULUMI_BACKEND_URL"] == \
+        "${{ matrix.state == 'scratch' && 'file://~' || vars.PULUMI_BACKEND_URL }}"
+    (step,) = [step for _, step in _pulumi_steps(WORKFLOWS / "preview.yml")]
+    assert step["with"]["cloud-url"] == "${{ env.PULUMI_BACKEND_URL }}"
+    assert step["with"]["upsert"] == "${{ matrix.state == 'scratch' }}"
+    assert "steps.prerequisites.outputs.preview == 'true'" in step["if"]
+    # Only same-repository pull requests: a fork's gets neither the secrets nor the id token.
+    assert job["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
+
+
+def test_the_preview_checks_the_prerequisites_and_keeps_the_replacement_cross_check() -> None:
+    steps = jobs(WORKFLOWS / "preview.yml")["preview"]["steps"]
+    names = [step.get("name", step.get("uses", "")) for step in steps]
+    (prereq,) = [step for step in steps if step.get("id") == "prerequisites"]
+    assert "python -m tools.prerequisites" in prereq["run"] and "--github-output" in prereq["run"]
+    assert (REPO_ROOT / "tools" / "prerequisites.py").exists()
+    cross = names.index("Cross-check the offline plan's replacement calls")
+    assert names.index("Prerequisites outside the stack") < cross
+    assert "tools.replacecheck" in steps[cross]["run"] and "matrix.state == 'backend'" in steps[cross]["if"]
+    assert "PULUMI_BACKEND_URL" not in steps[cross].get("env", {}), "the job's backend (scratch or not) is used"
+
+
+def test_the_offline_report_runs_for_forks_without_secrets() -> None:
+    """Every pull request, from forks too (issue 39 item 5): ./scripts/plan of every example stack with a read-only
+    token and nothing else, the screen in the job summary and the reports as an artifact."""
+    workflow = load(WORKFLOWS / "preview.yml")
+    assert "pull_request" in workflow["on"] and "pull_request_target" not in workflow["on"]
+    job = jobs(WORKFLOWS / "preview.yml")["offline-report"]
+    assert "if" not in job, "no condition: forks get it too"
+    assert job["permissions"] == {"contents": "read"}
+    text = " ".join(strings(job))
+    for forbidden in ("secrets.", "vars.", "id-token", "github.token", "google-github-actions/", "pulumi/actions"):
+        assert forbidden not in text, f"the fork-safe job uses {forbidden}"
+    assert legs("preview.yml", "offline-report") == example_stacks()
+    runs = " ".join(step.get("run", "") for step in job["steps"])
+    assert './scripts/plan "$STACK" --project "$WORK_DIR"' in runs and "GITHUB_STEP_SUMMARY" in runs
+    (upload,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == "build/plan/${{ matrix.project }}-${{ matrix.stack }}/"
+    assert "always()" in upload["if"]
+    checkout = job["steps"][0]
+    assert checkout["with"]["persist-credentials"] is False
 
 
 @pytest.mark.parametrize("name", ["preview.yml", "up.yml"])
