@@ -219,3 +219,21 @@ def test_scripts_the_workflows_run_exist(path: Path) -> None:
         for script in re.findall(r"(?:^|\s)\./(scripts/[\w.-]+)", text):
             target = REPO_ROOT / script
             assert target.exists() and os.access(target, os.X_OK), f"{path.name} runs missing ./{script}"
+
+
+def test_the_previews_page_matches_the_workflow_and_the_provider_pin() -> None:
+    """docs/previews.md's claims that can go stale: the scratch stacks, the backend and the provider version whose
+    preview behaviour (a refused server-side dry run falls back to the inputs) it read."""
+    page = (REPO_ROOT / "docs" / "previews.md").read_text()
+    rows = matrix_rows(jobs(WORKFLOWS / "preview.yml")["preview"])
+    backend_line = next(line for line in page.splitlines() if line.startswith("| infra `dev`"))
+    first_cell = backend_line.split("|")[1]
+    for row in rows:
+        if row["state"] == "backend":
+            assert f"`{row['stack']}`" in first_cell and "their state in the backend" in backend_line, row
+        else:
+            line = next(line for line in page.splitlines() if line.startswith(f"| infra `{row['stack']}` |"))
+            assert "an empty backend on the runner" in line, row
+    assert "`file://~`" in page
+    pin = re.search(r"^pulumi-kubernetes==(\S+)", (REPO_ROOT / "requirements.txt").read_text(), re.MULTILINE)
+    assert pin is not None and f"pinned pulumi-kubernetes {pin.group(1)}" in page
