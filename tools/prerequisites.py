@@ -82,7 +82,11 @@ Runner = Callable[[list[str]], bool]
 
 
 def _gcloud(command: list[str]) -> bool:
-    return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False).returncode == 0
+    try:
+        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                              timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):  # no gcloud on PATH, or no answer: not found, as far as we know
+        return False
 
 
 def check(stack: str, found: list[Prerequisite], run: Runner | None = None) -> tuple[bool, list[str]]:
