@@ -629,8 +629,11 @@ def test_a_plain_pod_group_on_a_stocked_out_plan_a_is_evicted_and_waits_for_new_
     # Requeued by the controller (active again), but Kueue keeps it out of the queue for the whole window: it waits
     # for replacement pods, no quota reserved, plan A still closed, no other pod of the group exists.
     held = facts["held"]
-    assert held["reserved"] == [PLAN_A] and held["active"] is not False, held
-    assert held["waiting"].get("status") == "True" and held["quota_reserved"].get("status") != "True", held
+    assert held["active"] is not False and held["waiting"].get("status") == "True", held
+    # Kueue may reserve plan B's quota for the requeued Workload a moment before it marks it waiting for replacement
+    # pods (seen in CI on a busy machine: QuotaReserved at :46, WaitingForReplacementPods at :47); either way no pod
+    # of the group runs there until the user creates new ones (the pods below are the old ones, all being deleted).
+    assert held["reserved"] in ([PLAN_A], [PLAN_A, PLAN_B]), held
     assert set(held["pods"]) == first and all(p["deleting"] for p in held["pods"].values()), held
     assert held["plan_a_closed"], f"plan A reopened before the replacements were created: {facts['taints']}"
     # The user's replacement pods: the old ones finalized, the Workload admitted to plan B, all four run on its pool.
