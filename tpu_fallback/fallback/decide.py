@@ -19,7 +19,8 @@ pkg/scheduler/flavorassigner starts at index 0 for a requeued workload). What Ku
   the taint (a scale-up succeeded after all).
 - **move back** (optional): a Workload holding plan B quota whose DWS capacity has not arrived (not Admitted,
   no ProvisioningRequest Provisioned) moves to plan A when plan A is open, a plan A flavor of its ClusterQueue
-  has the quota free, and that flavor's pool has a Ready node (capacity we can see). The move deactivates the
+  has the quota free, and that flavor's pool has a free host for each of its TPU pods (Ready, in service, its TPUs
+  not requested by pods already there: capacity the cluster shows). The move deactivates the
   Workload and activates it again, so Kueue re-admits it from the first flavor; at most once per Workload.
 
 **A capacity ladder** (`Config.rungs`: reservation, on-demand, spot, flex-start, ... most preferred first) is the
@@ -151,7 +152,7 @@ class Config:
 class Flavor:
     name: str
     node_labels: dict[str, str]
-    closed_since: float | None  # the value of our taint (unix seconds), None when untainted
+    closed_since: float | None  # the value of the controller's taint (unix seconds), None when untainted
 
 
 @dataclass(frozen=True)
@@ -568,7 +569,8 @@ def _waiting_to_move(config: Config, snap: Snapshot, rung: Rung, leaving: set[tu
 
 def _moves_up(config: Config, snap: Snapshot, closed: set[str], leaving: set[tuple[str, str]]) -> list[Action]:
     """A Workload waiting on rung k moves to the most preferred open rung above it (not queued) with a flavor whose
-    quota is free in its ClusterQueue and whose pool has a Ready node (capacity we can see), or, on a reserved rung,
+    quota is free in its ClusterQueue and whose pool has a free host for each of its TPU pods (Ready, in service, its
+    TPUs not requested yet), or, on a reserved rung,
     no node yet (capacity held for it: the pool scales up from zero) when rung k is not reserved itself (a job
     waiting for a reservation's scale-up gains nothing from another one's). A Workload moved before moves again
     only to a rung above the one it was moved to (on two plans: at most once)."""
