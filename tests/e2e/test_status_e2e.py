@@ -252,3 +252,47 @@ def test_errors_are_one_line(box: fs.FallbackBox, tmp_path: Path) -> None:
                                         "namespace team-a: ask your cluster admin for a Role that allows it"), forbidden
     assert gone.returncode == 1 and len(gone.stderr.strip().splitlines()) == 1, gone
     assert "cannot reach the cluster at https://127.0.0.1:9" in gone.stderr and "Traceback" not in gone.stderr, gone
+
+
+def test_an_exec_credential_plugin_supplies_the_token_as_for_kubectl(box: fs.FallbackBox, tmp_path: Path) -> None:
+    """GKE's kubeconfigs get their token from gke-gcloud-auth-plugin (an exec credential plugin): the status command
+    runs the kubeconfig's plugin as kubectl does. Here the plugin prints a ServiceAccount's token that may list
+    Workloads and LocalQueues in team-b only, so an answer there (and a 403 for anyone else, the anonymous user
+    included) proves the plugin's token was used."""
+    with box.scenario(controller=False) as env:
+        client, plane = env.client, env.plane
+        client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+        client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader",
+                                                                               "namespace": "team-b"}})
+        client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                      "metadata": {"name": "queue-reader", "namespace": "team-b"},
+                      "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
+                                 "verbs": ["list"]}]})
+        client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                      "metadata": {"name": "queue-reader", "namespace": "team-b"},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "queue-reader"},
+                      "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "team-b"}]})
+        answer = client.request("POST", "/api/v1/namespaces/team-b/serviceaccounts/reader/token",
+                                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                 "spec": {"expirationSeconds": 600}})
+        plugin = tmp_path / "fake-auth-plugin"
+        plugin.write_text("#!/bin/sh\n" "cat <<'EOF'\n" + json.dumps({
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+            "status": {"token": answer["status"]["token"]}}) + "\nEOF\n")
+        plugin.chmod(0o755)
+        kubeconfig = tmp_path / "exec.json"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "gke",
+            "clusters": [{"name": "e2e", "cluster": {"server": plane.server,
+                                                     "certificate-authority": str(plane.ca_file)}}],
+            "users": [{"name": "gke", "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin),
+                "interactiveMode": "Never", "provideClusterInfo": True}}}],
+            "contexts": [{"name": "gke", "context": {"cluster": "e2e", "user": "gke", "namespace": "team-b"}}]}))
+        allowed = status(kubeconfig, output="text", check=False)
+        elsewhere = status(kubeconfig, "-n", "default", output="text", check=False)
+    assert allowed.returncode == 0, allowed
+    assert allowed.stdout.splitlines()[-1] == "no jobs in Kueue's queues in namespace team-b", allowed.stdout
+    assert any(line.startswith("note: ") for line in allowed.stdout.splitlines()), allowed.stdout  # optional reads
+    assert elsewhere.returncode == 1 and "no permission to list workloads.kueue.x-k8s.io in namespace default" in (
+        elsewhere.stderr), elsewhere
