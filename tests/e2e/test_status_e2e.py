@@ -56,6 +56,26 @@ def status(kubeconfig: Path, *args: str, output: str = "json", check: bool = Tru
     return answer
 
 
+def token_of(client: Any, namespace: str, account: str) -> str:
+    """A short-lived token of a ServiceAccount (created if need be), from the TokenRequest API."""
+    client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}})
+    answer = client.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                             "spec": {"expirationSeconds": 600}})
+    return str(answer["status"]["token"])
+
+
+def kubeconfig_file(path: Path, server: str, ca_file: Path, user: dict[str, Any], namespace: str | None = None
+                    ) -> Path:
+    """A one-context kubeconfig as a user's: the server, its CA, a user entry (token or exec), a namespace."""
+    context: dict[str, Any] = {"cluster": "c", "user": "u", **({"namespace": namespace} if namespace else {})}
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "ctx",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "u", "user": user}], "contexts": [{"name": "ctx", "context": context}]}))
+    return path
+
+
 def jobs(kubeconfig: Path) -> dict[str, dict[str, Any]]:
     """The status command's JSON, by job name."""
     return {j["job"]["name"]: j for j in json.loads(status(kubeconfig, "-n", "default").stdout)["jobs"]}
@@ -225,27 +245,11 @@ def test_a_deactivated_workload_says_so_and_then_that_it_was_revived(box: fs.Fal
 def test_errors_are_one_line(box: fs.FallbackBox, tmp_path: Path) -> None:
     with box.scenario(controller=False) as env:
         client, plane = env.client, env.plane
-        client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody",
-                                                                               "namespace": "default"}})
-        answer = client.request("POST", "/api/v1/namespaces/default/serviceaccounts/nobody/token",
-                                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                 "spec": {"expirationSeconds": 600}})
-        nobody = tmp_path / "nobody.json"
-        nobody.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "nobody",
-            "clusters": [{"name": "e2e", "cluster": {"server": plane.server,
-                                                     "certificate-authority": str(plane.ca_file)}}],
-            "users": [{"name": "nobody", "user": {"token": answer["status"]["token"]}}],
-            "contexts": [{"name": "nobody", "context": {"cluster": "e2e", "user": "nobody", "namespace": "team-a"}}],
-        }))
+        token = token_of(client, "default", "nobody")
+        nobody = kubeconfig_file(tmp_path / "nobody.json", plane.server, plane.ca_file, {"token": token}, "team-a")
         forbidden = status(nobody, output="text", check=False)
-        unreachable = tmp_path / "unreachable.json"
-        unreachable.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "x",
-            "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9",
-                                                   "certificate-authority": str(plane.ca_file)}}],
-            "users": [{"name": "x", "user": {"token": "t"}}],
-            "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+        unreachable = kubeconfig_file(tmp_path / "unreachable.json", "https://127.0.0.1:9", plane.ca_file,
+                                      {"token": "t"})
         gone = status(unreachable, output="text", check=False)
     assert forbidden.returncode == 1 and forbidden.stdout == "", forbidden
     assert forbidden.stderr.strip() == ("tpu-fallback status: no permission to list workloads.kueue.x-k8s.io in "
@@ -262,8 +266,7 @@ def test_an_exec_credential_plugin_supplies_the_token_as_for_kubectl(box: fs.Fal
     with box.scenario(controller=False) as env:
         client, plane = env.client, env.plane
         client.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
-        client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader",
-                                                                               "namespace": "team-b"}})
+        token = token_of(client, "team-b", "reader")
         client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                       "metadata": {"name": "queue-reader", "namespace": "team-b"},
                       "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"],
@@ -272,23 +275,14 @@ def test_an_exec_credential_plugin_supplies_the_token_as_for_kubectl(box: fs.Fal
                       "metadata": {"name": "queue-reader", "namespace": "team-b"},
                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "queue-reader"},
                       "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "team-b"}]})
-        answer = client.request("POST", "/api/v1/namespaces/team-b/serviceaccounts/reader/token",
-                                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                 "spec": {"expirationSeconds": 600}})
         plugin = tmp_path / "fake-auth-plugin"
         plugin.write_text("#!/bin/sh\n" "cat <<'EOF'\n" + json.dumps({
             "apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
-            "status": {"token": answer["status"]["token"]}}) + "\nEOF\n")
+            "status": {"token": token}}) + "\nEOF\n")
         plugin.chmod(0o755)
-        kubeconfig = tmp_path / "exec.json"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "gke",
-            "clusters": [{"name": "e2e", "cluster": {"server": plane.server,
-                                                     "certificate-authority": str(plane.ca_file)}}],
-            "users": [{"name": "gke", "user": {"exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin),
-                "interactiveMode": "Never", "provideClusterInfo": True}}}],
-            "contexts": [{"name": "gke", "context": {"cluster": "e2e", "user": "gke", "namespace": "team-b"}}]}))
+        kubeconfig = kubeconfig_file(tmp_path / "exec.json", plane.server, plane.ca_file, {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(plugin),
+            "interactiveMode": "Never", "provideClusterInfo": True}}, "team-b")
         allowed = status(kubeconfig, output="text", check=False)
         elsewhere = status(kubeconfig, "-n", "default", output="text", check=False)
     assert allowed.returncode == 0, allowed

@@ -48,7 +48,8 @@ def render_once(reader: Reader, args: argparse.Namespace) -> tuple[str, bool, st
     which change every second)."""
     namespace = None if args.all_namespaces else (args.namespace or reader.namespace)
     cluster = read_cluster(reader, namespace)
-    statuses = _select(explain(cluster), args.job)
+    every = explain(cluster)
+    statuses = _select(every, args.job)
     scope = "every namespace" if namespace is None else f"namespace {namespace}"
     closed = sorted(closed_rungs(cluster).values(), key=lambda r: r.flavor)
     names = rung_names(cluster.controller)
@@ -57,7 +58,7 @@ def render_once(reader: Reader, args: argparse.Namespace) -> tuple[str, bool, st
         return (as_json(statuses, cluster.now, cluster.notes, closed), bool(statuses) or args.job is None,
                 unchanging)
     if args.job is not None and not statuses:
-        jobs = sorted({s.job_name for s in explain(cluster)})
+        jobs = sorted({s.job_name for s in every})
         seen = f" (jobs there: {', '.join(jobs[:10])}{', ...' if len(jobs) > 10 else ''})" if jobs else ""
         return f"no job or Workload named {args.job} in {scope}{seen}\n", False, ""
     return text(statuses, cluster.now, cluster.notes, scope, closed, names), True, unchanging
