@@ -11,6 +11,21 @@
 #   pulumi-resource-kubernetes   the Kubernetes provider,
 #                                github.com/pulumi/pulumi-kubernetes/provider/v4,
 #                                through the wrapper module and main in ./engine/kubernetes
+#   pulumi-language-yaml         the Pulumi YAML language host,
+#                                github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml,
+#                                through the wrapper module in ./engine/yaml-host
+#   pulumi-language-go           the Go language host,
+#                                github.com/pulumi/pulumi/sdk/go/pulumi-language-go/v3,
+#                                through the wrapper module in ./engine/go-host
+#   pulumi-language-nodejs       the Node.js language host,
+#                                github.com/pulumi/pulumi/sdk/nodejs/cmd/pulumi-language-nodejs/v3,
+#                                through the wrapper module in ./engine/nodejs-host
+#
+# The Go and Node.js hosts are there for `pulumi package gen-sdk --language go|nodejs`
+# (and `pulumi package add` in such a project): the CLI generates an SDK by calling
+# the language host's GeneratePackage, it has no code generator of its own
+# (pkg/v3 cmd/pulumi/packages/packages.go, GenSDK). No test runs a Go or Node.js
+# program with them.
 #
 # Everything comes from Go modules through the Go module proxy; no prebuilt
 # binary or plugin is downloaded. The binaries are cached outside the
@@ -18,18 +33,23 @@
 #
 #   ${TPU_FALLBACK_E2E_CACHE:-$HOME/.cache/tpu-fallback-e2e}/<component>-<version>/
 #
-# so a second run builds nothing. When all three are there, the script also
-# makes $CACHE/engine-bin-<versions>/, one directory of hard links to
-# `pulumi`, `pulumi-language-python`, `pulumi-language-python-exec` and
-# `pulumi-resource-kubernetes`, to put first on PATH. At the end it prints the
-# paths and writes them to $CACHE/engine.env (PULUMI=..., PULUMI_BIN_DIR=...,
-# PULUMI_LANGUAGE_PYTHON=..., PULUMI_RESOURCE_KUBERNETES=..., and the versions
-# PULUMI_VERSION, PULUMI_LANGUAGE_PYTHON_VERSION,
-# PULUMI_KUBERNETES_PROVIDER_VERSION), which a harness can source.
+# so a second run builds nothing. When the CLI, the Python host and the
+# provider are there, the script also makes $CACHE/engine-bin-<versions>/, one
+# directory of hard links to `pulumi`, `pulumi-language-python`,
+# `pulumi-language-python-exec`, `pulumi-resource-kubernetes` and whichever of
+# `pulumi-language-yaml`, `pulumi-language-go` and `pulumi-language-nodejs` this
+# run built or found cached (its name lists each with its version), to put first
+# on PATH. At the end it prints the paths and writes them to $CACHE/engine.env
+# (PULUMI=..., PULUMI_BIN_DIR=..., PULUMI_LANGUAGE_PYTHON=...,
+# PULUMI_RESOURCE_KUBERNETES=..., PULUMI_LANGUAGE_YAML=..., PULUMI_LANGUAGE_GO=...,
+# PULUMI_LANGUAGE_NODEJS=..., and the versions PULUMI_VERSION,
+# PULUMI_LANGUAGE_PYTHON_VERSION, PULUMI_KUBERNETES_PROVIDER_VERSION,
+# PULUMI_LANGUAGE_YAML_VERSION, PULUMI_LANGUAGE_GO_VERSION,
+# PULUMI_LANGUAGE_NODEJS_VERSION), which a harness can source.
 #
-# Usage: tests/e2e/build_engine.sh [cli] [python] [kubernetes]
-#   (no argument: all three; engine.env lists only what is built or cached,
-#   and PULUMI_BIN_DIR only when all three are)
+# Usage: tests/e2e/build_engine.sh [cli] [python] [kubernetes] [yaml] [go] [nodejs]
+#   (no argument: all six; engine.env lists only what is built or cached,
+#   and PULUMI_BIN_DIR only when cli, python and kubernetes are)
 #
 # Versions are pinned by the go.mod of each wrapper module (bump there and
 # re-run `go mod tidy`; see the comment at the top of each go.mod):
@@ -38,6 +58,8 @@
 #                stamped with, and the host module's pseudo-version commit
 #   kubernetes   github.com/pulumi/pulumi-kubernetes/sdk/v4: the provider's
 #                release version (the provider module itself has pseudo-versions only)
+#   yaml         github.com/pulumi/pulumi-yaml, a tagged module -> its version
+#   go, nodejs   like python: sdk/v3 (= pkg/v3) and the host's pseudo-version commit
 #
 # A cold build takes a long while on 2 cores and fills the Go module and build
 # caches with a few GiB (see the report in engine/README.md).
@@ -51,17 +73,23 @@ BUILD_NAME=build_engine
 # shellcheck source-path=SCRIPTDIR source=go_build.sh
 source "$HERE/go_build.sh"
 
-# The Python language host is only published as a pseudo-version of a nested
-# module that the checksum database does not know. Its hashes are in
-# engine/python-host/go.sum, so a download is still verified; only the
-# checksum-database look-up is skipped, and only for that module path.
+# Pulumi's Python, Go and Node.js language hosts are only published as
+# pseudo-versions of nested modules that the checksum database does not know.
+# Their hashes are in engine/*-host/go.sum, so a download is still verified;
+# only the checksum-database look-up is skipped, and only for those module paths.
 PY_HOST_MODULE=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
+GO_HOST_MODULE=github.com/pulumi/pulumi/sdk/go/pulumi-language-go/v3
+NODEJS_HOST_MODULE=github.com/pulumi/pulumi/sdk/nodejs/cmd/pulumi-language-nodejs/v3
 export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python"
+GONOSUMDB+=",github.com/pulumi/pulumi/sdk/go/pulumi-language-go,github.com/pulumi/pulumi/sdk/nodejs/cmd/pulumi-language-nodejs"
+YAML_HOST_PACKAGE=github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml
 BUILD_FLAGS=(-trimpath -mod=readonly)
 # Pulumi's own release build of the CLI and language hosts uses these tags.
 PULUMI_TAGS=osusergo,grpcnotrace
 PULUMI_VERSION_VAR=github.com/pulumi/pulumi/sdk/v3/go/common/version.Version
 K8S_VERSION_VAR=github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version
+# pulumi-yaml's release build (its .goreleaser.yml) stamps the tag, with its v, and uses no tags.
+YAML_VERSION_VAR=github.com/pulumi/pulumi-yaml/pkg/version.Version
 
 # --- versions from the wrapper modules -------------------------------------
 need_version() { # GOMOD MODULE -> prints the version or dies
@@ -71,9 +99,22 @@ need_version() { # GOMOD MODULE -> prints the version or dies
   printf '%s\n' "$v"
 }
 
+# host_sdk_version GOMOD: the sdk/v3 version a language-host wrapper pins (its pkg/v3 must be the same).
+host_sdk_version() {
+  local sdk pkg
+  sdk=$(need_version "$1" github.com/pulumi/pulumi/sdk/v3)
+  pkg=$(need_version "$1" github.com/pulumi/pulumi/pkg/v3)
+  [[ "$pkg" == "$sdk" ]] \
+    || die "${1#"$HERE/"}: pkg/v3 is at $pkg but sdk/v3 at $sdk; they must match"
+  printf '%s\n' "$sdk"
+}
+
 CLI_MOD="$ENGINE/cli/go.mod"
 PY_MOD="$ENGINE/python-host/go.mod"
 K8S_MOD="$ENGINE/kubernetes/go.mod"
+YAML_MOD="$ENGINE/yaml-host/go.mod"
+GO_MOD="$ENGINE/go-host/go.mod"
+NODEJS_MOD="$ENGINE/nodejs-host/go.mod"
 
 PULUMI_VERSION=$(need_version "$CLI_MOD" github.com/pulumi/pulumi/pkg/v3)
 v=$(need_version "$CLI_MOD" github.com/pulumi/pulumi/sdk/v3)
@@ -82,10 +123,17 @@ v=$(need_version "$CLI_MOD" github.com/pulumi/pulumi/sdk/v3)
 
 PY_HOST_PSEUDO=$(need_version "$PY_MOD" "$PY_HOST_MODULE")
 PY_HOST_COMMIT=${PY_HOST_PSEUDO##*-}
-PULUMI_LANGUAGE_PYTHON_VERSION=$(need_version "$PY_MOD" github.com/pulumi/pulumi/sdk/v3)
-v=$(need_version "$PY_MOD" github.com/pulumi/pulumi/pkg/v3)
-[[ "$v" == "$PULUMI_LANGUAGE_PYTHON_VERSION" ]] \
-  || die "engine/python-host/go.mod: pkg/v3 is at $v but sdk/v3 at $PULUMI_LANGUAGE_PYTHON_VERSION; they must match"
+PULUMI_LANGUAGE_PYTHON_VERSION=$(host_sdk_version "$PY_MOD")
+
+GO_HOST_PSEUDO=$(need_version "$GO_MOD" "$GO_HOST_MODULE")
+GO_HOST_COMMIT=${GO_HOST_PSEUDO##*-}
+PULUMI_LANGUAGE_GO_VERSION=$(host_sdk_version "$GO_MOD")
+
+NODEJS_HOST_PSEUDO=$(need_version "$NODEJS_MOD" "$NODEJS_HOST_MODULE")
+NODEJS_HOST_COMMIT=${NODEJS_HOST_PSEUDO##*-}
+PULUMI_LANGUAGE_NODEJS_VERSION=$(host_sdk_version "$NODEJS_MOD")
+
+PULUMI_LANGUAGE_YAML_VERSION=$(need_version "$YAML_MOD" github.com/pulumi/pulumi-yaml)
 
 K8S_PROVIDER_PSEUDO=$(need_version "$K8S_MOD" github.com/pulumi/pulumi-kubernetes/provider/v4)
 K8S_PROVIDER_COMMIT=${K8S_PROVIDER_PSEUDO##*-}
@@ -117,11 +165,18 @@ build_cli() { # TMPDIR VERSION
       -o "$1/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
 }
 
+# build_pulumi_host TMPDIR WRAPPER MODULE BINARY SDK-VERSION: one of Pulumi's
+# language hosts (the main package at the root of MODULE), built as Pulumi's
+# release does (.goreleaser.yml: -trimpath, osusergo, the version stamped).
+build_pulumi_host() {
+  (cd "$ENGINE/$2" && "$GO" build "${BUILD_FLAGS[@]}" -tags "$PULUMI_TAGS" \
+      -ldflags "-s -w -X $PULUMI_VERSION_VAR=$5" -o "$1/$4" "$3")
+}
+
 build_python_host() { # TMPDIR KEY
   local sdk
-  (cd "$ENGINE/python-host" && "$GO" build "${BUILD_FLAGS[@]}" -tags "$PULUMI_TAGS" \
-      -ldflags "-s -w -X $PULUMI_VERSION_VAR=$PULUMI_LANGUAGE_PYTHON_VERSION" \
-      -o "$1/pulumi-language-python" "$PY_HOST_MODULE") || return 1
+  build_pulumi_host "$1" python-host "$PY_HOST_MODULE" pulumi-language-python \
+    "$PULUMI_LANGUAGE_PYTHON_VERSION" || return 1
   # The host runs programs through pulumi-language-python-exec, which it looks
   # for next to its own (symlink-resolved) executable. The script ships in the
   # sdk/v3 module the host is compiled with.
@@ -130,6 +185,22 @@ build_python_host() { # TMPDIR KEY
     || { log "no python/cmd/pulumi-language-python-exec in $sdk"; return 1; }
   cp "$sdk/python/cmd/pulumi-language-python-exec" "$1/"
   chmod 755 "$1/pulumi-language-python-exec"
+}
+
+build_go_host() { # TMPDIR KEY
+  build_pulumi_host "$1" go-host "$GO_HOST_MODULE" pulumi-language-go "$PULUMI_LANGUAGE_GO_VERSION"
+}
+
+build_nodejs_host() { # TMPDIR KEY
+  build_pulumi_host "$1" nodejs-host "$NODEJS_HOST_MODULE" pulumi-language-nodejs "$PULUMI_LANGUAGE_NODEJS_VERSION"
+}
+
+build_yaml_host() { # TMPDIR VERSION
+  # The main package is built as a dependency, kept in the module graph by the
+  # wrapper's `tool` directive (see engine/yaml-host/go.mod).
+  (cd "$ENGINE/yaml-host" && "$GO" build "${BUILD_FLAGS[@]}" \
+      -ldflags "-s -w -X $YAML_VERSION_VAR=$2" \
+      -o "$1/pulumi-language-yaml" "$YAML_HOST_PACKAGE")
 }
 
 build_kubernetes() { # TMPDIR VERSION
@@ -175,13 +246,15 @@ EOF
       -o "$tmp/pulumi-resource-kubernetes" .)
 }
 
-# bin_dir: one directory holding the four executables, named after the three
-# versions, to put first on PATH. They are hard links to the cached files (a
-# copy where the file system refuses links), not symlinks: the CLI looks for
-# its bundled language host next to its own symlink-resolved executable and
-# warns "using pulumi-language-python from $PATH" when that is elsewhere, and
-# the host finds pulumi-language-python-exec the same way. The directory is
-# reused while every entry is still the same file as its source.
+# bin_dir: one directory holding the four executables of the CLI, the Python
+# host and the provider, plus the YAML, Go and Node.js hosts that this run has,
+# named after the versions of what it holds, to put first on PATH. They are
+# hard links to the cached files (a copy where the file system refuses links),
+# not symlinks: the CLI looks for its bundled language hosts (python, yaml, go,
+# nodejs, ...) next to its own symlink-resolved executable and warns "using
+# pulumi-language-python from $PATH" when that is elsewhere, and the host finds
+# pulumi-language-python-exec the same way. The directory is reused while
+# every entry is still the same file as its source.
 # Sets RESULT to it.
 bin_dir() {
   local dir="$CACHE/engine-bin-pulumi-$PULUMI_VERSION-python-$PULUMI_LANGUAGE_PYTHON_VERSION-kubernetes-v$PULUMI_KUBERNETES_PROVIDER_VERSION"
@@ -191,6 +264,18 @@ bin_dir() {
     [pulumi-language-python-exec]="$(dirname "$PULUMI_LANGUAGE_PYTHON")/pulumi-language-python-exec"
     [pulumi-resource-kubernetes]=$PULUMI_RESOURCE_KUBERNETES
   )
+  if [[ -n "$PULUMI_LANGUAGE_YAML" ]]; then
+    dir+="-yaml-$PULUMI_LANGUAGE_YAML_VERSION"
+    src[pulumi-language-yaml]=$PULUMI_LANGUAGE_YAML
+  fi
+  if [[ -n "$PULUMI_LANGUAGE_GO" ]]; then
+    dir+="-go-$PULUMI_LANGUAGE_GO_VERSION"
+    src[pulumi-language-go]=$PULUMI_LANGUAGE_GO
+  fi
+  if [[ -n "$PULUMI_LANGUAGE_NODEJS" ]]; then
+    dir+="-nodejs-$PULUMI_LANGUAGE_NODEJS_VERSION"
+    src[pulumi-language-nodejs]=$PULUMI_LANGUAGE_NODEJS
+  fi
   local f ok=1 tmp
   RESULT=$dir
   [[ -f "$dir/.complete" ]] || ok=0
@@ -214,9 +299,10 @@ bin_dir() {
 
 # --- main ---------------------------------------------------------------------
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=(cli python kubernetes)
+[[ ${#want[@]} -gt 0 ]] || want=(cli python kubernetes yaml go nodejs)
 
 PULUMI="" PULUMI_LANGUAGE_PYTHON="" PULUMI_RESOURCE_KUBERNETES="" PULUMI_BIN_DIR=""
+PULUMI_LANGUAGE_YAML="" PULUMI_LANGUAGE_GO="" PULUMI_LANGUAGE_NODEJS=""
 for c in "${want[@]}"; do
   case "$c" in
     cli|pulumi)
@@ -230,7 +316,19 @@ for c in "${want[@]}"; do
       build_component pulumi-resource-kubernetes "v$PULUMI_KUBERNETES_PROVIDER_VERSION-$K8S_PROVIDER_COMMIT" \
         pulumi-resource-kubernetes build_kubernetes
       PULUMI_RESOURCE_KUBERNETES=$RESULT ;;
-    *) die "unknown component '$c' (expected: cli, python, kubernetes)" ;;
+    yaml|yaml-host|pulumi-language-yaml)
+      build_component pulumi-language-yaml "$PULUMI_LANGUAGE_YAML_VERSION" \
+        pulumi-language-yaml build_yaml_host
+      PULUMI_LANGUAGE_YAML=$RESULT ;;
+    go|go-host|pulumi-language-go)
+      build_component pulumi-language-go "$PULUMI_LANGUAGE_GO_VERSION-$GO_HOST_COMMIT" \
+        pulumi-language-go build_go_host
+      PULUMI_LANGUAGE_GO=$RESULT ;;
+    nodejs|nodejs-host|pulumi-language-nodejs)
+      build_component pulumi-language-nodejs "$PULUMI_LANGUAGE_NODEJS_VERSION-$NODEJS_HOST_COMMIT" \
+        pulumi-language-nodejs build_nodejs_host
+      PULUMI_LANGUAGE_NODEJS=$RESULT ;;
+    *) die "unknown component '$c' (expected: cli, python, kubernetes, yaml, go, nodejs)" ;;
   esac
 done
 
@@ -247,6 +345,12 @@ envfile="$CACHE/engine.env"
     "$PULUMI_LANGUAGE_PYTHON" "$PULUMI_LANGUAGE_PYTHON_VERSION"
   [[ -z "$PULUMI_RESOURCE_KUBERNETES" ]] || printf 'PULUMI_RESOURCE_KUBERNETES=%s\nPULUMI_KUBERNETES_PROVIDER_VERSION=%s\n' \
     "$PULUMI_RESOURCE_KUBERNETES" "$PULUMI_KUBERNETES_PROVIDER_VERSION"
+  [[ -z "$PULUMI_LANGUAGE_YAML" ]] || printf 'PULUMI_LANGUAGE_YAML=%s\nPULUMI_LANGUAGE_YAML_VERSION=%s\n' \
+    "$PULUMI_LANGUAGE_YAML" "$PULUMI_LANGUAGE_YAML_VERSION"
+  [[ -z "$PULUMI_LANGUAGE_GO" ]] || printf 'PULUMI_LANGUAGE_GO=%s\nPULUMI_LANGUAGE_GO_VERSION=%s\n' \
+    "$PULUMI_LANGUAGE_GO" "$PULUMI_LANGUAGE_GO_VERSION"
+  [[ -z "$PULUMI_LANGUAGE_NODEJS" ]] || printf 'PULUMI_LANGUAGE_NODEJS=%s\nPULUMI_LANGUAGE_NODEJS_VERSION=%s\n' \
+    "$PULUMI_LANGUAGE_NODEJS" "$PULUMI_LANGUAGE_NODEJS_VERSION"
   [[ -z "$PULUMI_BIN_DIR" ]] || printf 'PULUMI_BIN_DIR=%s\n' "$PULUMI_BIN_DIR"
 } > "$envfile.tmp"
 mv -f "$envfile.tmp" "$envfile"
@@ -255,4 +359,7 @@ log "binaries (also in $envfile):"
 [[ -z "$PULUMI" ]] || echo "PULUMI=$PULUMI"
 [[ -z "$PULUMI_LANGUAGE_PYTHON" ]] || echo "PULUMI_LANGUAGE_PYTHON=$PULUMI_LANGUAGE_PYTHON"
 [[ -z "$PULUMI_RESOURCE_KUBERNETES" ]] || echo "PULUMI_RESOURCE_KUBERNETES=$PULUMI_RESOURCE_KUBERNETES"
+[[ -z "$PULUMI_LANGUAGE_YAML" ]] || echo "PULUMI_LANGUAGE_YAML=$PULUMI_LANGUAGE_YAML"
+[[ -z "$PULUMI_LANGUAGE_GO" ]] || echo "PULUMI_LANGUAGE_GO=$PULUMI_LANGUAGE_GO"
+[[ -z "$PULUMI_LANGUAGE_NODEJS" ]] || echo "PULUMI_LANGUAGE_NODEJS=$PULUMI_LANGUAGE_NODEJS"
 [[ -z "$PULUMI_BIN_DIR" ]] || echo "PULUMI_BIN_DIR=$PULUMI_BIN_DIR"

@@ -6,6 +6,10 @@
 # fake kubeconfig and nothing on it; a Provider in render-to-YAML mode and a
 # ConfigMap through it, so no cluster is needed) through `stack init`, `up`,
 # `preview --expect-no-changes` and `destroy`, and checks the rendered YAML.
+# Then, with the other language hosts: a YAML program with one output; a YAML
+# program that uses a source-based YAML component package added with
+# `pulumi package add <dir>`; and `pulumi package gen-sdk --language go` and
+# `--language nodejs` from that package's schema.
 # It is the executable form of the "Running the CLI hermetically" notes in
 # README.md.
 #
@@ -34,6 +38,9 @@ die() { log "ERROR: $*"; exit 1; }
 # shellcheck disable=SC1091
 source "$CACHE/engine.env"
 [[ -n "${PULUMI_BIN_DIR:-}" ]] || die "engine.env has no PULUMI_BIN_DIR"
+for f in pulumi-language-yaml pulumi-language-go pulumi-language-nodejs; do
+  [[ -x "$PULUMI_BIN_DIR/$f" ]] || die "$PULUMI_BIN_DIR has no $f"
+done
 [[ -x "$VENV/bin/python" ]] || die "no virtualenv at $VENV (run ./scripts/setup)"
 "$VENV/bin/python" -c 'import pulumi, pulumi_kubernetes' \
   || die "$VENV lacks pulumi or pulumi_kubernetes"
@@ -125,6 +132,65 @@ run preview --expect-no-changes
 run destroy --yes
 [[ -z "$(find "$SMOKE_RENDER_DIR" -name '*.yaml')" ]] || die "destroy left rendered YAML behind"
 run stack rm --yes smoke
+
+# --- YAML, a component package, and SDKs for Go and Node.js -------------------
+# A YAML program with only an output.
+mkdir -p "$WORK/yaml-outputs"
+cd "$WORK/yaml-outputs"
+printf 'name: yaml-smoke\nruntime: yaml\noutputs:\n  x: 1\n' > Pulumi.yaml
+run stack init smoke
+run preview
+run up --yes
+[[ "$(pulumi stack output x)" == 1 ]] || die "YAML stack output x is not 1"
+run destroy --yes
+run stack rm --yes smoke
+# A source-based component package written in YAML (no provider binary: the
+# YAML host runs it), added to a YAML program with `pulumi package add <dir>`,
+# which writes sdks/greeter/greeter-0.1.0.yaml and a `packages:` entry. The
+# version is set so that the plugin reports one (without it the engine warns
+# "resource plugin greeter is expected to have version >=0.0.0, but has ").
+mkdir -p "$WORK/greeter" "$WORK/yaml-component"
+cat > "$WORK/greeter/PulumiPlugin.yaml" <<'EOF'
+name: greeter
+version: 0.1.0
+runtime: yaml
+components:
+  Greeting:
+    inputs:
+      who:
+        type: string
+    outputs:
+      message: Hello, ${who}!
+EOF
+cd "$WORK/yaml-component"
+cat > Pulumi.yaml <<'EOF'
+name: yaml-component-smoke
+runtime: yaml
+resources:
+  hi:
+    type: greeter:index:Greeting
+    properties:
+      who: world
+outputs:
+  message: ${hi.message}
+EOF
+run package add ../greeter
+grep -q '^  greeter: \.\./greeter$' Pulumi.yaml || die "package add wrote no packages: entry for greeter"
+[[ -f sdks/greeter/greeter-0.1.0.yaml ]] || die "package add wrote no sdks/greeter/greeter-0.1.0.yaml"
+run stack init smoke
+run up --yes
+[[ "$(pulumi stack output message)" == "Hello, world!" ]] || die "component output message is not 'Hello, world!'"
+run destroy --yes
+run stack rm --yes smoke
+# SDKs from the package's schema: the CLI has no code generator of its own, it
+# calls GeneratePackage of pulumi-language-go and pulumi-language-nodejs.
+cd "$WORK"
+pulumi package get-schema ./greeter > greeter-schema.json
+run package gen-sdk ./greeter-schema.json --language go --out "$WORK/sdk"
+run package gen-sdk ./greeter-schema.json --language nodejs --out "$WORK/sdk"
+[[ -f sdk/go/greeter/greeting.go ]] || die "gen-sdk --language go wrote no sdk/go/greeter/greeting.go"
+[[ -f sdk/nodejs/greeting.ts ]] || die "gen-sdk --language nodejs wrote no sdk/nodejs/greeting.ts"
+
 # Every warning the CLI printed, minus the two that PLUGIN_MODE=path expects.
 # shellcheck disable=SC2016 # a literal $PATH in the pattern
 unexpected=$(grep -o 'warning: .*' "$WORK/pulumi.log" | sort -u \
