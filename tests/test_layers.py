@@ -18,7 +18,9 @@ ALLOWED = {
     # duration) from the controller itself, so that the two cannot disagree.
     "render": {"model", "fallback"},
     "components": {"model", "render"},
-    "programs": {"model", "render", "components"},
+    # The public components (tpu_fallback.api): what other programs and languages build with; the programs use them.
+    "api": {"model", "render", "components"},
+    "programs": {"model", "render", "components", "api"},
     "offline": {"model"},
     "policy": {"model"},
     "training": set(),

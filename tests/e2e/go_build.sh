@@ -9,11 +9,15 @@ die() { log "ERROR: $*"; exit 1; }
 # How long a cold build of each component took on 2 cores, with the other build script beside it (as scripts/test
 # runs them): measured so at d660333 for kube-apiserver, Kueue, KubeRay, the Pulumi CLI, the Python host and the
 # Kubernetes provider (docs/measurements.md); the others one after the other on an idle machine (2026-12-02) times
-# 1.8, the ratio the measured ones show between the two ways. Printed as each build starts, so a cold run says
-# from its first minute how long each step will be; a machine under other load takes longer.
+# 1.8, the ratio the measured ones show between the two ways. The YAML, Go and Node.js language hosts were measured
+# 2026-12-05 in build_engine.sh's own order (after the Python host, whose compiled pulumi v3.188.0 the Go and Node.js
+# hosts reuse; YAML compiles pulumi v3.255.0 of its own) on 2 cores beside a test run (tests/e2e/engine/README.md).
+# Printed as each build starts, so a cold run says from its first minute how long each step will be; a machine
+# under other load takes longer.
 declare -gA EXPECTED_SECONDS=(
   [kube-apiserver]=358 [kube-controller-manager]=90 [kube-scheduler]=11 [etcd]=47 [kueue]=358 [kwok]=25
   [kuberay-operator]=164 [pulumi]=354 [pulumi-language-python]=50 [pulumi-resource-kubernetes]=697
+  [pulumi-language-yaml]=210 [pulumi-language-go]=25 [pulumi-language-nodejs]=10
 )
 
 # human_duration SECONDS: "42 s", "5 min 58 s".

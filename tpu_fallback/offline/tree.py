@@ -124,25 +124,13 @@ def clusters_of(run: ProgramRun) -> dict[str, str]:
         if r.urn in own:
             result[r.urn] = own[r.urn]
             continue
-        if not r.custom:  # a component: the cluster it works on, if only one
+        if not r.custom:  # a component: the cluster it works on, if only one; none: the project's (the APIs)
             under = below(r.urn)
-            if len(under) == 1:
-                result[r.urn] = next(iter(under))
-                continue
-            if len(under) > 1:
-                result[r.urn] = MANY
-                continue
-        parent = by_urn.get(r.parent)
-        cluster = PROJECT_WIDE
-        while parent is not None:  # the nearest enclosing component that works on exactly one cluster
-            under = below(parent.urn)
-            if len(under) == 1:
-                cluster = next(iter(under))
-                break
-            if len(under) > 1:
-                break
-            parent = by_urn.get(parent.parent)
-        result[r.urn] = cluster
+            result[r.urn] = next(iter(under)) if len(under) == 1 else MANY if under else PROJECT_WIDE
+            continue
+        # A resource of its own: the cluster its enclosing component works on (several: none of them).
+        under = below(r.parent) if r.parent in by_urn else set()
+        result[r.urn] = next(iter(under)) if len(under) == 1 else PROJECT_WIDE
     return result
 
 

@@ -126,7 +126,7 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     if unknown:
         raise ConfigError(f"{PROJECT}:{unknown[0]} is not a known setting{did_you_mean(unknown[0], CONFIG_KEYS)}; "
                           f"known: {', '.join(CONFIG_KEYS)}")
-    raw = {key: value for key, value in raw.items() if not _unset(key, value)}
+    raw = {key: value for key, value in raw.items() if not is_unset(key, value)}
     if not project:
         raise ConfigError("gcp:project is not set; run `pulumi config set gcp:project <your-project-id>`")
     string("gcp:project", project, _PROJECT_ID, "a GCP project id has 6 to 30 lowercase letters, digits or hyphens, "
@@ -208,7 +208,8 @@ def parse_settings(raw: Mapping[str, Any], project: str | None, secret_keys: fro
     return settings
 
 
-def _unset(key: str, value: Any) -> bool:
+def is_unset(key: str, value: Any) -> bool:
+    """An optional key at its Pulumi.yaml default, which stands for its absence (UNSET)."""
     return key in UNSET and type(value) is type(UNSET[key]) and value == UNSET[key]
 
 
