@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.schema import generate_schema
 
@@ -177,3 +178,14 @@ def test_the_stack_program_is_a_user_of_the_component() -> None:
     children = {r.type for r in dev.resources if r.parent == platform.urn}
     assert children == {"tpu-fallback:platform:TpuPlatform", "tpu-fallback:project:ProjectApis"}
     assert json.loads(json.dumps(dev.outputs["localQueues"])) == [{"namespace": "default", "name": "user-queue"}]
+
+
+def test_the_offline_plan_renders_a_program_of_ones_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tpu_fallback.offline import plan
+
+    out = tmp_path / "plan"
+    assert plan.main(["dev", "--project", str(user_project(tmp_path)), "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "builds 1 tpu-fallback component(s) (tpu)" in shown and "--stack-file" in shown
+    kinds = {doc["kind"] for doc in yaml.safe_load_all((out / "kubernetes.yaml").read_text()) if doc}
+    assert {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Deployment"} <= kinds

@@ -139,8 +139,9 @@ def test_existing_cluster_up_is_a_fixed_point_and_matches_the_offline_plan(ws: W
                                                                            ) -> None:
     since = len(ws.cli.history)
     up = infra.first_up
-    # 17 objects, and the patch that makes plan A's flavor taints the stack's (the fallback is off in this mode).
-    assert re.search(r"\+ 18 created", up.stdout), up.describe()
+    # 17 objects, the patch that makes plan A's flavor taints the stack's (the fallback is off in this mode), and
+    # the Platform component (tpu_fallback.api) the program builds them with.
+    assert re.search(r"\+ 19 created", up.stdout), up.describe()
 
     # The gate ran for real: a dry-run create as its service account passed Kueue's webhooks.
     passed = [r for r in ws.gate.runs if r.succeeded]
@@ -172,9 +173,9 @@ def test_existing_cluster_up_is_a_fixed_point_and_matches_the_offline_plan(ws: W
         diff.describe())
     assert sorted(value_changes(diff.stdout)) == ['~ cpu : "10" => "12"', '~ nominalQuota: "10" => "12"'], (
         diff.describe())  # the default-cpu quota, and the systemQuota output
-    assert re.search(r"~ 1 to update\s+17 unchanged", diff.stdout), diff.describe()
+    assert re.search(r"~ 1 to update\s+18 unchanged", diff.stdout), diff.describe()
     second = ws.pulumi("up", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
-    assert re.search(r"~ 1 updated\s+17 unchanged", second.stdout), second.describe()
+    assert re.search(r"~ 1 updated\s+18 unchanged", second.stdout), second.describe()
 
     # The live objects are what the offline plan renders for the same config.
     offline = ws.offline_infra()
@@ -250,7 +251,8 @@ def test_with_the_fallback_off_the_stacks_patch_takes_a_left_over_close_away_a_p
         assert taints() == [taint]
         # What the `up` that turns the fallback off does: create the patch (here created anew with --replace; a
         # refresh does not see the drift, since the controller's write took the field's ownership away from it).
-        patch_urn = (f"urn:pulumi:{INFRA_STACK}::{INFRA_PROJECT}::tpu-fallback:platform:ExistingClusterPlatform$"
+        patch_urn = (f"urn:pulumi:{INFRA_STACK}::{INFRA_PROJECT}::tpu-fallback:index:Platform$"
+                     "tpu-fallback:platform:ExistingClusterPlatform$"
                      "tpu-fallback:queues:FallbackQueues$kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavorPatch::"
                      f"{INFRA_STACK}-queues-flavor-on-demand-taints-reset")
         up = ws.pulumi("up", "--yes", SKIP_PREVIEW, "--replace", patch_urn, project=ws.repo, stack=INFRA_STACK)
@@ -400,7 +402,7 @@ def test_infra_destroy_removes_every_object(ws: Workspace, infra: InfraStack) ->
     for api, kind, name, ns in objects:
         assert ws.client.get(api, kind, name, ns) is not None, f"{kind} {name} missing before destroy"
     run = ws.pulumi("destroy", "--yes", SKIP_PREVIEW, project=ws.repo, stack=INFRA_STACK)
-    assert re.search(r"- 18 deleted", run.stdout), run.describe()
+    assert re.search(r"- 19 deleted", run.stdout), run.describe()
     assert not wait_gone(ws.client, objects, TIMEOUT)
     for kind in SERVER_DEFAULTS:
         assert ws.client.list(KUEUE_API, kind) == [], kind

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from tpu_fallback.model.jobs import JOBS_PROJECT
 from tpu_fallback.model.settings import PROJECT
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline import compare, report, screen, settings_view, stacks
@@ -297,6 +298,18 @@ def infra_review(project_dir: Path, stack: str, prices: PriceTable) -> Review:
     return review
 
 
+def component_review(run: ProgramRun) -> Review:
+    """A program of its own that builds with the public components (tpu_fallback.api): the render, without the
+    capacity and cost report, which reads the settings from a stack's config (the component's args are not in it)."""
+    platforms = [r.name for r in run.resources if r.type.startswith("tpu-fallback:index:")]
+    note = (f"Project `{run.project}` builds {len(platforms)} tpu-fallback component(s) "
+            f"({', '.join(platforms) or 'none'}): below are the resources it registers and its Kubernetes objects. "
+            "Capacity, cost and the diagram come from a stack's config: write the same settings as an infra stack "
+            "file (the args are its keys, camelCase) and run `./scripts/plan <stack> --stack-file <file>` "
+            "(docs/components.md#the-offline-plan).")
+    return Review(notes=[note], headline=screen.wrap(note.replace("`", "")))
+
+
 def jobs_review(project_dir: Path, stack: str, references: dict[str, Any], prices: PriceTable,
                 run: ProgramRun | None = None) -> Review:
     infra_stack, specs = stacks.jobs_config(project_dir, stack)
@@ -523,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         elapsed = time.perf_counter() - started
         review = (infra_review(render_dir, args.stack, prices) if run.project == PROJECT
-                  else jobs_review(render_dir, args.stack, references, prices, run))
+                  else jobs_review(render_dir, args.stack, references, prices, run) if run.project == JOBS_PROJECT
+                  else component_review(run))
         if args.compare_stack or args.compare_file or args.compare_rev:
             try:
                 comparison = _compare(args, project_dir, render_dir, run)
