@@ -2,9 +2,10 @@
 plugin cache entries the CLI's install step insists on.
 
 - The CLI creates provider/venv and installs provider/requirements.txt into it (pip upgrades itself first). The
-  repository's ./venv must never be that venv, so the copy gets a hard-link clone of it: pip then only reinstalls
-  the package (`-e ..`, the copy) into the clone, and replaces files rather than writing into them, so the original
-  stays as it was (tests/e2e/engine/README.md, problem 14).
+  repository's ./venv must never be that venv, so the copy gets a clone of it: hard links for lib/ (pip only
+  reinstalls the package, `-e ..`, the copy, and replaces files rather than writing into them), real copies of bin/
+  and pyvenv.cfg, which `python -m venv` rewrites in place; so the original stays as it was
+  (tests/e2e/engine/README.md, problem 14).
 - Before it runs a Python component package, the CLI asks the Python host which provider plugins the SDKs in that
   venv need (pulumi-gcp's and pulumi-kubernetes' pulumi-plugin.json) and downloads each whose plugin cache entry is
   missing (pulumi/pulumi pkg/v3 v3.274.1 cmd/pulumi/packageinstallation/packageinstallation.go
@@ -31,7 +32,12 @@ def prepare_provider(repo_copy: Path, venv: Path, pulumi_home: Path) -> Path:
     provider = repo_copy / PROVIDER_DIR
     target = provider / "venv"
     if not target.exists():
-        subprocess.run(["cp", "-al", str(venv), str(target)], check=True)
+        # Hard links for the installed packages (pip replaces their files, never writes into them); copies of the
+        # rest, which the host's `python -m venv` rewrites in place (bin/activate*, pyvenv.cfg).
+        target.mkdir()
+        for entry in venv.iterdir():
+            subprocess.run(["cp", "-al" if entry.name == "lib" else "-a", str(entry), str(target / entry.name)],
+                           check=True)
     site = next((target / "lib").glob("python3*/site-packages"))
     for sdk in PROVIDER_SDKS:
         meta = json.loads((site / sdk / "pulumi-plugin.json").read_text())
