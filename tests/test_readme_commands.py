@@ -178,6 +178,8 @@ NOT_RUN: dict[str, str] = {
     "./scripts/test": "the whole suite, this test included: CI runs it",
     "./scripts/setup": "installs the locked development requirements (from the network on a fresh machine); "
                        "./scripts/plan's own install check runs above",
+    "pulumi package add github.com/<owner>/tpu-fallback/provider@v0.3.0": "fetches the package from GitHub; "
+        "tests/e2e/test_component_e2e.py adds it from the checkout with the real CLI",
     "pulumi login --local": "the Pulumi CLI (the e2e's engine tests run it, hermetically)",
     "pulumi stack init dev": "the Pulumi CLI against a state backend",
     "pulumi config set gcp:project <your-project-id> -s dev": "the Pulumi CLI, a placeholder project",

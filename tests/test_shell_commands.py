@@ -23,7 +23,7 @@ What each command gets, in each shell:
    of `!` on), without its trailing comment (a plain interactive zsh, without `setopt interactivecomments`, would
    pass it to the command as arguments: the pages' comments are for reading). Every program that would reach a
    cluster, a cloud or a long build is a stub that records the arguments it gets: kubectl, gcloud, pulumi, helm,
-   curl and the status command (`tpu-fallback`, `kubectl-tpu_fallback`) on PATH, and `./scripts/*` and
+   curl, pip and the status command (`tpu-fallback`, `kubectl-tpu_fallback`) on PATH, and `./scripts/*` and
    `venv/bin/python` in the empty directory the command runs in (with a `jobs/` to `cd` into and an empty file
    for each `< file` redirection). Everything else (cd, grep, wait) runs for real. A run must write nothing on
    stderr: no syntax error, no glob that failed to match (bash's failglob, zsh's "no matches found"), no
@@ -65,7 +65,7 @@ from tpu_fallback.render.rayjob import STATUS_KEY
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 SHELL_INFOS = {"bash", "sh", "shell", "console"}
 COMMAND_WORDS = ("kubectl", "gcloud", "pulumi", "helm")  # an inline span or bare line starting so is a command
-STUBS_ON_PATH = ("kubectl", "gcloud", "pulumi", "helm", "curl", "tpu-fallback", "kubectl-tpu_fallback")
+STUBS_ON_PATH = ("kubectl", "gcloud", "pulumi", "helm", "curl", "pip", "tpu-fallback", "kubectl-tpu_fallback")
 STUBS_IN_DIR = ("venv/bin/python", "venv/bin/tpu-fallback",
                 *(f"scripts/{p.name}" for p in sorted((REPO_ROOT / "scripts").iterdir()) if os.access(p, os.X_OK)))
 SHELLS = ("bash", "zsh")
