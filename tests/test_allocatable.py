@@ -27,6 +27,9 @@ from tpu_fallback.model.settings.queues import QueueSettings
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, infra_references, run_program
 
+# What a jobs program registers before it refuses a job: the component and its StackReference, nothing else.
+NOTHING_CREATED = ["tpu-fallback:index:TrainingJobs", "pulumi:pulumi:StackReference"]
+
 GIB = 2**30
 MIB = 2**20
 EVICTION = 100 * MIB
@@ -149,7 +152,7 @@ def test_jobs_refuse_a_request_between_allocatable_and_the_vm(request_: dict[str
     assert isinstance(run.error, ConfigError), run.error
     message = str(run.error)
     assert message.startswith("jobs[0].workerRequest") and shown in message and f"exceeds one {MESSAGE}" in message
-    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]  # nothing created
+    assert [r.type for r in run.resources] == NOTHING_CREATED  # nothing created
 
 
 def test_the_cli_exits_2_without_a_traceback(tmp_path: Path) -> None:

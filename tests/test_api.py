@@ -17,7 +17,14 @@ from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.schema import generate_schema
 
 from tests.conftest import infra
-from tpu_fallback.api import MultiRegionPlatform, MultiRegionPlatformArgs, Platform, PlatformArgs, PlatformConfigError
+from tpu_fallback.api import (
+    MultiRegionPlatform,
+    MultiRegionPlatformArgs,
+    Platform,
+    PlatformArgs,
+    PlatformConfigError,
+    TrainingJobs,
+)
 from tpu_fallback.api.convert import args_of, camel, config_of, fields_of
 from tpu_fallback.api.platform import PACKAGE, settings_of
 from tpu_fallback.model.ladder import RUNG_KEYS
@@ -30,9 +37,9 @@ SETTINGS = REPO_ROOT / "tpu_fallback" / "model" / "settings"
 
 
 def schema() -> dict[str, Any]:
-    result = Analyzer(PACKAGE).analyze([Platform, MultiRegionPlatform])
+    result = Analyzer(PACKAGE).analyze([Platform, MultiRegionPlatform, TrainingJobs])
     return generate_schema(PACKAGE, "0.0.0", None, result["component_definitions"], result["type_definitions"],
-                           result["dependencies"]).to_json()
+                           list(result["dependencies"])).to_json()
 
 
 def test_the_analyzer_reads_both_components_with_typed_plain_settings() -> None:
@@ -60,7 +67,8 @@ def _object_keys() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "object_" and len(node.args) == 3
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[2], ast.Tuple)):
-                found[node.args[0].value] = {e.value for e in node.args[2].elts if isinstance(e, ast.Constant)}
+                found[str(node.args[0].value)] = {str(e.value) for e in node.args[2].elts
+                                                  if isinstance(e, ast.Constant)}
     return found
 
 
@@ -189,3 +197,24 @@ def test_the_offline_plan_renders_a_program_of_ones_own(tmp_path: Path, capsys: 
     assert "builds 1 tpu-fallback component(s) (tpu)" in shown and "--stack-file" in shown
     kinds = {doc["kind"] for doc in yaml.safe_load_all((out / "kubernetes.yaml").read_text()) if doc}
     assert {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Deployment"} <= kinds
+
+
+def test_the_jobs_component_takes_the_jobs_config_and_exports_the_jobs_outputs() -> None:
+    from tpu_fallback.model.jobs import _JOB_KEYS
+    from tpu_fallback.programs.jobs import OUTPUT_NAMES as JOBS_OUTPUTS
+
+    jobs = schema()["resources"][f"{PACKAGE}:index:TrainingJobs"]
+    assert jobs["requiredInputs"] == ["infraStack"]
+    assert jobs["inputProperties"]["jobs"]["items"]["$ref"] == f"#/types/{PACKAGE}:index:Job"
+    assert set(schema()["types"][f"{PACKAGE}:index:Job"]["properties"]) == set(_JOB_KEYS)
+    assert set(jobs["properties"]) == set(JOBS_OUTPUTS)
+
+
+def test_the_package_serves_every_public_component() -> None:
+    import tpu_fallback.api as api
+
+    served = (REPO_ROOT / "provider" / "__main__.py").read_text()
+    public = [n for n in api.__all__ if isinstance(getattr(api, n), type) and issubclass(getattr(api, n),
+                                                                                        pulumi.ComponentResource)]
+    assert sorted(public) == ["MultiRegionPlatform", "Platform", "TrainingJobs"]
+    assert all(name in served.split("components=")[1] for name in public)

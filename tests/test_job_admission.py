@@ -31,6 +31,9 @@ from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline import prices, report, stacks
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
+# What a jobs program registers before it refuses a job: the component and its StackReference, nothing else.
+NOTHING_CREATED = ["tpu-fallback:index:TrainingJobs", "pulumi:pulumi:StackReference"]
+
 JOBS = REPO_ROOT / "jobs"
 INFRA_STACK = "organization/tpu-fallback/dev"  # jobs/Pulumi.dev.yaml's infraStack
 DEV = "organization/tpu-fallback/dev"
@@ -70,7 +73,7 @@ def refused(run: ProgramRun, fragments: list[str]) -> str:
     for fragment in fragments:
         assert fragment in message, message
     # Nothing registered: reading the infra stack's outputs is all that happened.
-    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"], [r.type for r in run.resources]
+    assert [r.type for r in run.resources] == NOTHING_CREATED, [r.type for r in run.resources]
     return message
 
 
@@ -298,7 +301,7 @@ def test_the_offline_plan_of_a_refused_job_exits_2_with_one_line(tmp_path: Path,
     (error,) = [as_written(line) for line in result.stderr.splitlines() if "configuration error" in line]
     for fragment in fragments:
         assert fragment in error, error
-    assert "(1 resources were registered before the failure)" in result.stderr  # the StackReference only
+    assert "(2 resources were registered before the failure)" in result.stderr  # the component, its StackReference
     assert not (tmp_path / "out").exists()  # nothing priced
 
 

@@ -13,6 +13,9 @@ from tests.conftest import infra, schema_check
 from tpu_fallback.model.validation import ConfigError
 from tpu_fallback.offline.mockrun import REPO_ROOT, ProgramRun, run_program
 
+# What a jobs program registers before it refuses a job: the component and its StackReference, nothing else.
+NOTHING_CREATED = ["tpu-fallback:index:TrainingJobs", "pulumi:pulumi:StackReference"]
+
 JOBS = REPO_ROOT / "jobs"
 INFRA_STACK = "organization/tpu-fallback/dev"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -178,7 +181,7 @@ def test_jobs_the_infra_cannot_run_are_clear_errors(jobs: list[dict[str, Any]], 
     assert isinstance(run.error, ConfigError), run.error
     for fragment in fragments:
         assert fragment in str(run.error)
-    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]  # nothing created
+    assert [r.type for r in run.resources] == NOTHING_CREATED  # nothing created
 
 
 @pytest.mark.parametrize(("jobs", "fragments"), [
@@ -204,7 +207,7 @@ def test_missing_infra_output_names_the_output_and_the_stack(missing: str) -> No
     run = jobs_run(references=refs, raise_errors=False)
     assert isinstance(run.error, ConfigError), run.error
     assert f"infra stack {INFRA_STACK!r} has no output {missing!r}" in str(run.error)
-    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]
+    assert [r.type for r in run.resources] == NOTHING_CREATED
 
 
 def test_offline_plan_works_for_the_jobs_project(tmp_path: Path) -> None:
@@ -229,7 +232,7 @@ def test_elastic_is_refused_for_multi_host_slices() -> None:
     run = jobs_run(overrides={"jobs": [{"name": "j", "elastic": True}]}, raise_errors=False)
     assert isinstance(run.error, ConfigError)
     assert "jobs[0].elastic" in str(run.error) and "4x4 slice spans 4 hosts" in str(run.error)
-    assert [r.type for r in run.resources] == ["pulumi:pulumi:StackReference"]  # nothing created
+    assert [r.type for r in run.resources] == NOTHING_CREATED  # nothing created
 
 
 def test_an_elastic_single_host_job_stays_on_plan_a() -> None:

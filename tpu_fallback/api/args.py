@@ -290,3 +290,42 @@ class MultiRegionPlatformArgs(ClusterArgs):
     """The manager cluster."""
     workers: list[Worker]
     """The worker clusters (1 to 20)."""
+
+
+class Job(TypedDict):
+    """A training job: a RayJob running JAX with Ray Train on the infra platform's TPU slices (docs/jobs.md)."""
+
+    name: NotRequired[str]
+    """The job's name (default rayjob-tpu-v6e-dws); copies are <name>-1..<name>-<count>."""
+    count: NotRequired[int]
+    """Copies to submit (default 2, as the tutorial)."""
+    queue: NotRequired[str]
+    """A local queue of the platform, name or namespace/name (default its first)."""
+    image: NotRequired[str]
+    """The Ray image."""
+    entrypoint: NotRequired[str]
+    """The command the job runs (default the training script)."""
+    pip: NotRequired[list[str]]
+    """pip requirements installed in the Ray runtime environment."""
+    worker_request: NotRequired[Requests]
+    """A TPU worker pod's CPU and memory requests."""
+    head_request: NotRequired[Requests]
+    """The Ray head's CPU and memory requests."""
+    workers: NotRequired[int]
+    """TPU hosts: a multiple of the slice's hosts that one node pool holds (default one slice)."""
+    elastic: NotRequired[Any]
+    """true, false, or {minReplicas, maxReplicas}: an elastic job that grows and shrinks by whole slices."""
+    env: NotRequired[dict[str, str]]
+    """Extra environment variables."""
+    preemptible: NotRequired[bool]
+    """A low-priority job that others may preempt."""
+
+
+class TrainingJobsArgs(TypedDict):
+    """Training jobs submitted to the queues of an infrastructure stack (a stack of this project, or any stack that
+    exports the outputs of a Platform under their names)."""
+
+    infra_stack: str
+    """The infrastructure stack to submit to, e.g. organization/tpu-fallback/dev."""
+    jobs: NotRequired[list[Job]]
+    """The jobs (default the tutorial's two copies of one job)."""
