@@ -327,5 +327,7 @@ class TrainingJobsArgs(TypedDict):
 
     infra_stack: str
     """The infrastructure stack to submit to, e.g. organization/tpu-fallback/dev."""
-    jobs: NotRequired[list[Job]]
+    # An Input only so that Pulumi's Go SDK generator writes JobArgs (it skips the element type of a plain list of
+    # objects, pulumi/pulumi pkg/codegen/go); the value must still be known before deployment.
+    jobs: NotRequired[pulumi.Input[list[Job]]]
     """The jobs (default the tutorial's two copies of one job)."""

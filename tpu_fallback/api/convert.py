@@ -68,6 +68,8 @@ def _value(value: Any, hint: Any, name: str) -> Any:
     if _is_output(value) and not _is_input(hint):
         raise ConfigError(f"{name} is invalid: a pulumi.Output: it decides which resources exist, so it must be a "
                           "plain value known before deployment")
+    if _is_input(hint) and not _is_output(value) and typing.get_origin(typing.get_args(hint)[0]) is list:
+        hint = typing.get_args(hint)[0]  # a list typed Input for the SDK generators, given as a plain list
     if typing.is_typeddict(hint):
         return config_of(value, hint, name)
     origin = typing.get_origin(hint)
@@ -80,6 +82,8 @@ def _value(value: Any, hint: Any, name: str) -> Any:
 
 
 def _back(value: Any, hint: Any) -> Any:
+    if _is_input(hint):
+        hint = typing.get_args(hint)[0]
     if typing.is_typeddict(hint) and isinstance(value, Mapping):
         return args_of(value, hint)
     if typing.get_origin(hint) is list and isinstance(value, list):
