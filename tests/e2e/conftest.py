@@ -40,6 +40,9 @@ SCHEDULE = (
     "test_job_kinds_e2e",  # 146-164 alone (2026-12-05, 2 busy cores: JobSet, RayCluster, batch Job, Pod group)
     "test_elastic_e2e",  # 94
     "test_engine_examples_e2e",  # about 80 (the example stacks' previews and the hardened stack)
+    "test_component_e2e",  # 80-103 (2026-12-05: a YAML program's Platform, a stack made before the components)
+    "test_pip_install_e2e",  # 66 alone (2026-12-05: pip installs the package at a git ref from PyPI)
+    "test_component_sdks_e2e",  # 20 warm, 105 cold (2026-12-05: gen-sdk for Go and Node.js, both compiled)
     "test_ladder_engine_e2e",  # 78
     "test_fallback_e2e",  # 72
     "test_controller_manager_e2e",  # 48
